@@ -1,0 +1,246 @@
+/*
+ * gokv.h: the C ABI of gokv, compressed KV caches and fused attention for LLM inference.
+ *
+ * Plain C99. Every call returns a gokv_status (GOKV_OK == 0); on failure gokv_last_error() (thread-local)
+ * names the argument at fault. No call aborts the process on bad input, and a failed call changes nothing
+ * that was already stored: every argument is validated before any data is touched.
+ *
+ * Ownership: handles come in create/destroy pairs; destroy(NULL) is a no-op. Caller-owned buffers are read
+ * or written only during the call and never retained.
+ *
+ * Threads: calls on different handles may run concurrently. Calls on one device may come from many threads;
+ * the CPU backend serializes the attention calls of one device on its thread pool. Writes to a pool must
+ * not race with attention calls that read the same pages (the caller owns the page tables, so it knows).
+ *
+ * Positions: token i of a sequence sits at position i, in page page_ids[i / page_size], slot i % page_size.
+ * A page id < 0 in a page table marks a page that was released (evicted): its tokens are invisible.
+ *
+ * The math, formats and layouts are DESIGN.md §3-§5; the layout of a page is in gokv_layout.h.
+ */
+#ifndef GOKV_H
+#define GOKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GOKV_ABI_VERSION 1u
+
+/* ---- status codes: one X-macro list makes the enum, the names and the messages ---- */
+#define GOKV_STATUS_LIST(X)                                                          \
+    X(GOKV_OK, 0, "ok")                                                              \
+    X(GOKV_EINVAL, 1, "invalid argument")                                            \
+    X(GOKV_ERANGE, 2, "index out of range")                                          \
+    X(GOKV_ENOMEM, 3, "out of memory")                                               \
+    X(GOKV_ENOTSUP, 4, "not supported by this backend")                              \
+    X(GOKV_ENODEV, 5, "no such backend or device")                                   \
+    X(GOKV_EVERSION, 6, "descriptor or ABI version mismatch")                        \
+    X(GOKV_EDEVICE, 7, "device error (lost device or failed submission)")            \
+    X(GOKV_EINTERNAL, 8, "internal error")
+
+typedef int32_t gokv_status;
+#define GOKV_STATUS_ENUM_(name, value, msg) name = value,
+enum { GOKV_STATUS_LIST(GOKV_STATUS_ENUM_) GOKV_STATUS_COUNT_ };
+#undef GOKV_STATUS_ENUM_
+
+/* Name ("GOKV_EINVAL") and generic message of a status; unknown codes give "GOKV_UNKNOWN". */
+const char *gokv_status_name(gokv_status s);
+const char *gokv_status_message(gokv_status s);
+
+/* The message of the last failed call on this thread ("" if none). Valid until the next gokv call on it. */
+const char *gokv_last_error(void);
+/* Copies that message into buf (always NUL-terminated when cap > 0); returns the full length. Lets a
+ * wrapper fetch the message inside the same foreign call as the failing one (Go may switch threads). */
+size_t gokv_last_error_copy(char *buf, size_t cap);
+
+uint32_t gokv_abi_version(void);
+
+/* ---- logging: native code never prints, it calls this ---- */
+enum { GOKV_LOG_DEBUG = 0, GOKV_LOG_INFO = 1, GOKV_LOG_WARN = 2, GOKV_LOG_ERROR = 3 };
+typedef void (*gokv_log_fn)(void *user, int32_t level, const char *backend, const char *op, const char *msg);
+/* Installs the process-wide log callback (NULL: silent, the default); messages below min_level are dropped. */
+gokv_status gokv_set_log_callback(gokv_log_fn fn, void *user, int32_t min_level);
+
+/* ---- storage formats (DESIGN.md §4) ---- */
+enum {
+    GOKV_FORMAT_F32 = 0,
+    GOKV_FORMAT_F16 = 1,
+    GOKV_FORMAT_Q8 = 2,    /* per token, groups of g along head_dim, 8-bit asymmetric */
+    GOKV_FORMAT_Q4 = 3,    /* per token, groups of g along head_dim, 4-bit asymmetric */
+    GOKV_FORMAT_KIVI2 = 4, /* keys per channel over g tokens, values per token; newest R tokens in f16 */
+    GOKV_FORMAT_KIVI4 = 5,
+    GOKV_FORMAT_COUNT_ = 6
+};
+const char *gokv_format_name(int32_t format); /* "f32", "q4", ...; NULL if unknown */
+
+/* ---- backends and devices ---- */
+typedef struct gokv_device gokv_device;
+typedef struct gokv_pool gokv_pool;
+
+/* Backends compiled into this build ("cpu" always first). index in [0, gokv_backend_count()). */
+int32_t gokv_backend_count(void);
+const char *gokv_backend_name(int32_t index);
+
+typedef struct gokv_device_desc {
+    uint32_t struct_size;  /* sizeof(gokv_device_desc) */
+    const char *backend;   /* "cpu", "vulkan", "metal", "sycl" or "auto" (a vendor module if any, else cpu) */
+    int32_t device_index;  /* -1: the backend's choice (discrete GPU first) */
+    const char *device_name; /* optional substring to pick a device by name; NULL to ignore */
+    int32_t n_threads;     /* CPU worker threads, 0 = all online CPUs; GPU backends use it for host work */
+} gokv_device_desc;
+
+enum {
+    GOKV_CAP_DECODE = 1u << 0,
+    GOKV_CAP_PREFILL = 1u << 1,
+    GOKV_CAP_LEARNED_SINKS = 1u << 2,
+    GOKV_CAP_WINDOW = 1u << 3,
+    GOKV_CAP_MLA = 1u << 4,
+    GOKV_CAP_HOLES = 1u << 5,
+    GOKV_CAP_BASELINE = 1u << 6, /* GOKV_ATTEND_DEQUANT_BASELINE is available */
+};
+
+typedef struct gokv_device_info {
+    uint32_t struct_size;     /* set by the caller: sizeof(gokv_device_info) */
+    char backend[16];
+    char name[128];
+    char features[128];       /* CPU: the SIMD paths chosen, e.g. "avx512f avx512vnni fma" */
+    uint64_t memory_bytes;    /* device memory (CPU: physical RAM) */
+    int32_t subgroup_size;    /* CPU: SIMD width in floats of the chosen path */
+    int32_t n_threads;        /* worker threads in use */
+    uint32_t caps;            /* GOKV_CAP_* */
+    uint32_t formats;         /* bit (1 << format) for each supported format */
+} gokv_device_info;
+
+gokv_status gokv_device_open(const gokv_device_desc *desc, gokv_device **out);
+gokv_status gokv_device_info_get(gokv_device *dev, gokv_device_info *out);
+void gokv_device_close(gokv_device *dev);
+
+/* ---- page pools: the storage of one (layer group, format, geometry) ---- */
+typedef struct gokv_pool_desc {
+    uint32_t struct_size;   /* sizeof(gokv_pool_desc) */
+    int32_t format;         /* GOKV_FORMAT_* */
+    int32_t group_size;     /* g: 32, 64 or 128 for quantized formats (divides head dims; KIVI: divides page_size) */
+    int32_t residual;       /* KIVI R: full-precision recent tokens, a multiple of g (0 allowed); else 0 */
+    int32_t n_kv_heads;     /* KV heads (MLA: 1) */
+    int32_t head_dim_k;     /* d_qk: 1..1024, a multiple of 4 (and of g when quantized) */
+    int32_t head_dim_v;     /* d_v: 1..1024, same rules; with v_is_k_prefix, d_v <= d_qk */
+    int32_t v_is_k_prefix;  /* 1: MLA absorbed form, V is the first d_v dims of K, no V storage */
+    int32_t page_size;      /* P tokens per page: a multiple of 8 (and of g for KIVI), 8..1024; 0 = 64 */
+    int32_t n_pages;        /* capacity in pages, >= 1 */
+    int32_t n_residual_slots; /* KIVI: per-sequence residual rings, one per live sequence; else 0 */
+} gokv_pool_desc;
+
+gokv_status gokv_pool_create(gokv_device *dev, const gokv_pool_desc *desc, gokv_pool **out);
+void gokv_pool_destroy(gokv_pool *pool);
+/* Bytes of one page and of one residual slot (0 if none) for this pool's format and geometry. */
+gokv_status gokv_pool_sizes(const gokv_pool *pool, uint64_t *page_bytes, uint64_t *residual_slot_bytes);
+
+/*
+ * Appends tokens to sequences: sequence i already holds start_pos[i] tokens and receives the rows
+ * [tok_indptr[i], tok_indptr[i+1]) of k and v, at positions start_pos[i], start_pos[i]+1, ...
+ * Its page table (page_ids[page_indptr[i] .. page_indptr[i+1])) must cover every position up to the new
+ * length with pages >= 0. Quantized formats quantize on write. KIVI: the newest tokens go to the sequence's
+ * residual ring (residual_slot[i]); whenever it would hold R + g tokens the oldest g are quantized per
+ * channel into their page. After the call, tokens [0, n_quant) of a KIVI sequence of length n are in pages
+ * and [n_quant, n) in its ring, with n_quant = max(0, floor((n - R) / g) * g) (gokv_kivi_quantized_len).
+ * Sequences of one call must not write the same (page, slot).
+ */
+typedef struct gokv_write_desc {
+    uint32_t struct_size;         /* sizeof(gokv_write_desc) */
+    int32_t n_seqs;
+    const int32_t *tok_indptr;    /* [n_seqs + 1], non-decreasing, tok_indptr[0] == 0 */
+    const int32_t *page_indptr;   /* [n_seqs + 1], non-decreasing, page_indptr[0] == 0 */
+    const int32_t *page_ids;      /* [page_indptr[n_seqs]] */
+    const int32_t *start_pos;     /* [n_seqs] tokens already in each sequence */
+    const int32_t *residual_slot; /* [n_seqs] KIVI only (NULL otherwise) */
+    const float *k;               /* [tok_indptr[n_seqs], n_kv_heads, head_dim_k] */
+    const float *v;               /* [tok_indptr[n_seqs], n_kv_heads, head_dim_v]; NULL when v_is_k_prefix */
+} gokv_write_desc;
+gokv_status gokv_pool_write(gokv_pool *pool, const gokv_write_desc *desc);
+
+/*
+ * Dequantize-on-read: for sequence i of length kv_len[i], reads positions start_pos[i] .. into rows
+ * [tok_indptr[i], tok_indptr[i+1]) of k_out and v_out, as the attention kernels see them. Released pages
+ * read as zeros. For persistence and debugging, not for attention.
+ */
+typedef struct gokv_read_desc {
+    uint32_t struct_size;
+    int32_t n_seqs;
+    const int32_t *tok_indptr;
+    const int32_t *page_indptr;
+    const int32_t *page_ids;
+    const int32_t *kv_len;        /* [n_seqs] current length of each sequence */
+    const int32_t *start_pos;     /* [n_seqs] first position to read */
+    const int32_t *residual_slot; /* [n_seqs] KIVI only */
+    float *k_out;                 /* [tok_indptr[n_seqs], n_kv_heads, head_dim_k] */
+    float *v_out;                 /* [.., n_kv_heads, head_dim_v]; may be NULL */
+} gokv_read_desc;
+gokv_status gokv_pool_read(gokv_pool *pool, const gokv_read_desc *desc);
+
+/* Copies whole pages src[i] -> dst[i] and residual slots (copy-on-write forks). Destinations must be
+ * distinct and must not be sources. Either count may be 0. */
+typedef struct gokv_copy_desc {
+    uint32_t struct_size;
+    int32_t n_pages;
+    const int32_t *src_pages;
+    const int32_t *dst_pages;
+    int32_t n_slots;
+    const int32_t *src_slots;
+    const int32_t *dst_slots;
+} gokv_copy_desc;
+gokv_status gokv_pool_copy(gokv_pool *pool, const gokv_copy_desc *desc);
+
+/* ---- attention (DESIGN.md §5) ---- */
+enum {
+    /* Use the dequantize-then-attend baseline (materializes f32 K/V, then attends): benchmarks only. */
+    GOKV_ATTEND_DEQUANT_BASELINE = 1u << 0,
+    /* Use the plain scalar kernels even where a SIMD path exists (tests compare the two). */
+    GOKV_ATTEND_FORCE_SCALAR = 1u << 1,
+};
+
+/*
+ * Batched attention over B sequences of one pool (varlen). Sequence i has kv_len[i] stored tokens and the
+ * query rows [q_indptr[i], q_indptr[i+1]) at positions q_pos[i], q_pos[i]+1, ... (decode: one row at
+ * kv_len-1; prefill: T rows ending at kv_len-1, after their K/V were written). Each row holds n_heads_q
+ * query heads; head h reads kv head h / (n_heads_q / n_kv_heads).
+ *
+ * A query at position p sees token t iff t < kv_len, t <= p, the page of t is not released, bit t of its
+ * validity mask is set (when masks are given), and (window == 0 or t > p - window or t < n_sink_tokens).
+ * out = Σ e^(s_t - m) v_t / (Σ e^(s_t - m) + e^(σ_h - m)), s_t = scale · q·k_t, σ_h the learned sink logit
+ * (absent when sink_logits is NULL). A query that sees nothing outputs zeros (with or without σ).
+ * Decode rows are split into chunks of chunk_size visible-range tokens and combined by a reduce pass.
+ */
+typedef struct gokv_attend_desc {
+    uint32_t struct_size;         /* sizeof(gokv_attend_desc) */
+    gokv_pool *pool;
+    int32_t n_seqs;
+    const int32_t *q_indptr;      /* [n_seqs + 1] query rows of each sequence */
+    const int32_t *page_indptr;   /* [n_seqs + 1] */
+    const int32_t *page_ids;      /* concatenated page tables, -1 = released page */
+    const int32_t *kv_len;        /* [n_seqs] */
+    const int32_t *q_pos;         /* [n_seqs] position of each sequence's first query row */
+    const int32_t *residual_slot; /* [n_seqs] KIVI only */
+    const uint32_t *valid_mask;   /* optional bitmask per token (bit t%32 of word t/32), NULL = all valid */
+    const int32_t *valid_indptr;  /* [n_seqs + 1] word offsets of each sequence's mask; with valid_mask */
+    int32_t n_heads_q;            /* a multiple of the pool's n_kv_heads */
+    const float *q;               /* [q_indptr[n_seqs], n_heads_q, head_dim_k] */
+    float *out;                   /* [q_indptr[n_seqs], n_heads_q, head_dim_v] */
+    float scale;                  /* α, > 0 and finite (typically 1/sqrt(d_qk)) */
+    const float *sink_logits;     /* [n_heads_q] learned sink logits σ_h, or NULL */
+    int32_t n_sink_tokens;        /* first positions always visible under a window (StreamingLLM) */
+    int32_t window;               /* sliding window W, 0 = none */
+    int32_t chunk_size;           /* split-K chunk C in tokens, 0 = backend default (512) */
+    uint32_t flags;               /* GOKV_ATTEND_* */
+} gokv_attend_desc;
+gokv_status gokv_attend(gokv_device *dev, const gokv_attend_desc *desc);
+
+/* KIVI: how many of a sequence's n tokens are quantized into pages (the rest are in its ring). */
+int32_t gokv_kivi_quantized_len(int32_t n, int32_t group_size, int32_t residual);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GOKV_H */

@@ -1,0 +1,62 @@
+/*
+ * gokv_backend.h: what a backend module implements (one table, one registration call), and the core's
+ * helpers it may use. Internal to gokv: not part of the public ABI.
+ *
+ * The core validates every argument before a backend sees a call, so a backend receives only
+ * well-formed descriptors (the guarantees are listed on each slot). A backend returns a status and, on
+ * failure, sets a message with gokv_set_error(). Optional slots may be NULL: the core answers
+ * GOKV_ENOTSUP naming the backend and the operation.
+ */
+#ifndef GOKV_BACKEND_H
+#define GOKV_BACKEND_H
+
+#include "gokv.h"
+#include "gokv_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gokv_backend {
+    const char *name;
+    /* Opens device index (>= 0, or -1 for the backend's choice) or the one whose name contains
+     * name_filter. Returns the backend's device object in *impl. */
+    gokv_status (*device_open)(const gokv_device_desc *desc, void **impl);
+    void (*device_close)(void *dev);
+    gokv_status (*device_info)(void *dev, gokv_device_info *out); /* core fills struct_size and backend */
+    /* Pools: the layout is computed by the core; the backend allocates page and ring storage. */
+    gokv_status (*pool_create)(void *dev, const gokv_pool_desc *desc, const gokv_layout *L, void **impl);
+    void (*pool_destroy)(void *dev, void *pool);
+    /* Validated: every page written is in range and >= 0, no page or ring is written twice, values finite
+     * and within fp16 range for fp16/quantized formats. */
+    gokv_status (*pool_write)(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *desc);
+    gokv_status (*pool_read)(void *dev, void *pool, const gokv_layout *L, const gokv_read_desc *desc);
+    gokv_status (*pool_copy)(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *desc);
+    /* Validated: page tables cover kv_len, ids in [-1, n_pages), queries and sinks finite. */
+    gokv_status (*attend)(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *desc);
+} gokv_backend;
+
+/* Adds a backend to the registry (idempotent for the same table). The CPU backend is always present. */
+gokv_status gokv_register_backend(const gokv_backend *b);
+
+/* Sets this thread's last error message (printf-style) and returns status, for `return gokv_set_error(...)`. */
+gokv_status gokv_set_error(gokv_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Sends a message to the registered log callback, if any (printf-style). */
+void gokv_log(int32_t level, const char *backend, const char *op, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+/* The CPU backend's table (native/cpu); the core registers it first. */
+const gokv_backend *gokv_cpu_backend(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,76 @@
+/*
+ * gokv_layout.h: the byte layout of one page and one KIVI residual slot (DESIGN.md §4). Shared by the
+ * core, every backend and the tests, so that "what is stored" has one definition.
+ *
+ * A page holds P tokens of every kv head, in sections, each starting on a 64-byte boundary:
+ *
+ *   per-token formats (f32, f16, q8, q4; and KIVI values):
+ *     k_codes  [Hkv][P][row bytes]      f32/f16 elements, or packed codes (4-bit: byte = q0 | q1<<4)
+ *     k_scale  [Hkv][P][d/g]  fp16      (quantized formats only)
+ *     k_bias   [Hkv][P][d/g]  fp16
+ *   KIVI keys (per channel, g consecutive tokens of one channel packed together, as the kernel reads them):
+ *     k_codes  [Hkv][P/g][d_k][g*bits/8]  2-bit: byte = t0 | t1<<2 | t2<<4 | t3<<6 (t = token in group)
+ *     k_scale  [Hkv][P/g][d_k] fp16
+ *     k_bias   [Hkv][P/g][d_k] fp16
+ *   then v_codes, v_scale, v_bias laid out per token like the first case (absent with v_is_k_prefix).
+ *
+ * Quantization is asymmetric affine per group: s = (max - min) / (2^bits - 1), b = min (both stored as
+ * fp16, and q is computed against the fp16-rounded s and b), q = clamp(round((x - b) / s), 0, 2^bits - 1),
+ * x̂ = q·s + b. A constant group stores s = 0 and reconstructs b exactly when b is representable in fp16.
+ *
+ * A KIVI residual slot is a ring of R + g rows; position t of a sequence lives in row t % (R + g):
+ *     ring_k [R+g][Hkv][d_k] fp16, then ring_v [R+g][Hkv][d_v] fp16 (absent with v_is_k_prefix).
+ */
+#ifndef GOKV_LAYOUT_H
+#define GOKV_LAYOUT_H
+
+#include "gokv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gokv_layout {
+    int32_t format;
+    int32_t bits;          /* 32, 16, 8, 4, 2 */
+    int32_t group;         /* g (0 for f32/f16) */
+    int32_t page_size;     /* P */
+    int32_t n_kv_heads;
+    int32_t d_k, d_v;
+    int32_t v_is_k_prefix;
+    int32_t kivi;          /* 1 for KIVI formats (keys per channel) */
+    int32_t residual;      /* R */
+    int32_t ring_rows;     /* R + g for KIVI, else 0 */
+    /* per-token sections: bytes per row, groups per row */
+    uint64_t k_row_bytes, v_row_bytes; /* per token (per channel-group for KIVI keys: d_k*g*bits/8 per token group) */
+    int32_t k_groups, v_groups;        /* scale/bias entries per row (KIVI keys: d_k per token group) */
+    /* byte offsets of the sections inside a page */
+    uint64_t k_codes, k_scale, k_bias, v_codes, v_scale, v_bias;
+    /* bytes of one kv head inside each section */
+    uint64_t k_codes_head, k_sb_head, v_codes_head, v_sb_head;
+    uint64_t page_bytes;
+    /* residual ring */
+    uint64_t ring_k, ring_v, ring_bytes;
+} gokv_layout;
+
+/* Fills L from a validated pool description (page_size already defaulted). */
+void gokv_layout_init(gokv_layout *L, const gokv_pool_desc *d);
+
+static inline int32_t gokv_format_bits(int32_t format) {
+    switch (format) {
+    case GOKV_FORMAT_F32: return 32;
+    case GOKV_FORMAT_F16: return 16;
+    case GOKV_FORMAT_Q8: return 8;
+    case GOKV_FORMAT_Q4: return 4;
+    case GOKV_FORMAT_KIVI2: return 2;
+    case GOKV_FORMAT_KIVI4: return 4;
+    default: return 0;
+    }
+}
+static inline int gokv_format_quantized(int32_t format) { return format >= GOKV_FORMAT_Q8 && format < GOKV_FORMAT_COUNT_; }
+static inline int gokv_format_is_kivi(int32_t format) { return format == GOKV_FORMAT_KIVI2 || format == GOKV_FORMAT_KIVI4; }
+
+#ifdef __cplusplus
+}
+#endif
+#endif

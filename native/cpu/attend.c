@@ -1,0 +1,427 @@
+/*
+ * attend.c: fused decode and prefill attention straight from the compressed pages (DESIGN.md §5).
+ *
+ * Work is cut into items: (sequence, kv head, tile of query rows, chunk of visible tokens). One item
+ * handles every query head of its kv head (G = Hq / Hkv) for its rows, so each K/V element is decoded once
+ * per group. The tokens a tile can see are at most two ranges: the sink tokens [0, n_sink) and the window
+ * (p0 - W, p1] (or simply [0, p1] without a window); tokens outside them are never read, which is what makes
+ * sliding-window layers cheap. Those ranges are laid end to end and cut into chunks of C tokens (split-K):
+ * each chunk keeps an online softmax state (m, l, o) per query vector; a reduce pass combines chunks:
+ *     M = max(max_c m_c, σ),   out = Σ_c e^(m_c - M) o_c / (Σ_c e^(m_c - M) l_c + e^(σ - M)).
+ * A tile with a single chunk finalizes in place. Decode rows (and short prefills of <= 16 rows) are split;
+ * longer prefills have parallelism enough in their tiles and use one chunk each.
+ * Inside an item, tokens are walked in blocks that never cross a page (or a KIVI key group, or the end of
+ * the residual ring); each block is scored by the kernel table, masked per query position, exponentiated,
+ * and its values accumulated by the kernel table: no dequantized K or V is ever stored.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+enum { DEFAULT_CHUNK = 512, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16 };
+
+typedef struct seg {
+    int32_t lo, hi;
+} seg;
+
+/* The token ranges that queries at positions [p0, p1] can see, at most two, in order. */
+static int32_t visible_segments(const gokv_attend_desc *d, int32_t kv_len, int32_t p0, int32_t p1, seg out[2]) {
+    const int64_t hi = (int64_t)p1 + 1 < kv_len ? (int64_t)p1 + 1 : kv_len;
+    if (hi <= 0) return 0;
+    if (d->window == 0) {
+        out[0] = (seg){0, (int32_t)hi};
+        return 1;
+    }
+    const int64_t wlo = (int64_t)p0 - d->window + 1 > 0 ? (int64_t)p0 - d->window + 1 : 0;
+    const int64_t sink_hi = d->n_sink_tokens < hi ? d->n_sink_tokens : hi;
+    if (wlo <= sink_hi) {
+        out[0] = (seg){0, (int32_t)hi};
+        return 1;
+    }
+    int32_t n = 0;
+    if (sink_hi > 0) out[n++] = (seg){0, (int32_t)sink_hi};
+    if (wlo < hi) out[n++] = (seg){(int32_t)wlo, (int32_t)hi};
+    return n;
+}
+
+typedef struct work_item {
+    int32_t seq, kvh, row0, nrows; /* rows relative to the sequence's first query row */
+    int32_t v0, v1;                /* chunk bounds in the concatenated visible ranges */
+    int32_t n_chunks;              /* chunks of this tile; > 1 means partials + reduce */
+    int64_t part;                  /* float offset of this item's partials in the workspace */
+} work_item;
+
+typedef struct tile {
+    int32_t seq, kvh, row0, nrows, n_chunks;
+    int64_t part; /* first chunk's partials */
+} tile;
+
+typedef struct attend_ctx {
+    const gokv_attend_desc *d;
+    const gokv_layout *L;
+    const cpu_pool *pool;
+    const cpu_kernels *k;
+    int32_t G, rows_per_tile, nq_max;
+    work_item *items;
+    tile *tiles;
+    float *parts;       /* partial (m, l, o[d_v]) per query vector of split items */
+    uint8_t *scratch;   /* per-worker scratch */
+    size_t scratch_bytes;
+} attend_ctx;
+
+/* Per-worker scratch, carved from one block. */
+typedef struct scratch {
+    float *q, *qsum, *m, *l, *o, *s;
+    int32_t *pos;
+} scratch;
+
+static size_t align_up(size_t x) { return (x + 63u) & ~(size_t)63u; }
+
+static size_t scratch_size(const gokv_layout *L, int32_t nq) {
+    const int32_t ng = L->group ? L->d_k / L->group : 1;
+    return align_up((size_t)nq * L->d_k * 4u) + align_up((size_t)nq * ng * 4u) + 2 * align_up((size_t)nq * 4u) +
+           align_up((size_t)nq * L->d_v * 4u) + align_up((size_t)nq * CPU_BLOCK * 4u) + align_up((size_t)nq * 4u);
+}
+
+static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
+    const int32_t ng = L->group ? L->d_k / L->group : 1;
+    scratch s;
+    s.q = (float *)base, base += align_up((size_t)nq * L->d_k * 4u);
+    s.qsum = (float *)base, base += align_up((size_t)nq * ng * 4u);
+    s.m = (float *)base, base += align_up((size_t)nq * 4u);
+    s.l = (float *)base, base += align_up((size_t)nq * 4u);
+    s.o = (float *)base, base += align_up((size_t)nq * L->d_v * 4u);
+    s.s = (float *)base, base += align_up((size_t)nq * CPU_BLOCK * 4u);
+    s.pos = (int32_t *)base;
+    return s;
+}
+
+static inline int token_valid(const gokv_attend_desc *d, int32_t seq, int32_t t) {
+    if (!d->valid_mask) return 1;
+    const uint32_t w = d->valid_mask[d->valid_indptr[seq] + (t >> 5)];
+    return (w >> (t & 31)) & 1u;
+}
+
+/* Sets s[i][t] = -inf where query i (position pos[i]) must not see token base + t, or where the token lies
+ * outside [lo, hi) or is a hole. */
+static void mask_block(const attend_ctx *c, int32_t seq, const scratch *sc, int32_t nq, int32_t base, int32_t n,
+                       int32_t lo, int32_t hi) {
+    const gokv_attend_desc *d = c->d;
+    int32_t min_pos = sc->pos[0], max_pos = sc->pos[0];
+    for (int32_t i = 1; i < nq; i++) {
+        min_pos = sc->pos[i] < min_pos ? sc->pos[i] : min_pos;
+        max_pos = sc->pos[i] > max_pos ? sc->pos[i] : max_pos;
+    }
+    const int32_t last = base + n - 1;
+    /* fast path: every token is in range, valid, causal and inside every query's window */
+    const int in_range = base >= lo && last < hi && !d->valid_mask && last <= min_pos;
+    const int in_window = d->window == 0 || (int64_t)base > (int64_t)max_pos - d->window || last < d->n_sink_tokens;
+    if (in_range && in_window) return;
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t tok = base + t;
+        const int ok = tok >= lo && tok < hi && token_valid(d, seq, tok);
+        for (int32_t i = 0; i < nq; i++) {
+            const int32_t p = sc->pos[i];
+            const int vis = ok && tok <= p && (d->window == 0 || (int64_t)tok > (int64_t)p - d->window || tok < d->n_sink_tokens);
+            if (!vis) sc->s[(size_t)i * CPU_BLOCK + t] = -INFINITY;
+        }
+    }
+}
+
+/* Online softmax over one scored, masked block: rescales (m, l, o) and turns scores into weights p.
+ * Returns 0 when no query sees any token of the block (nothing to accumulate). */
+static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int32_t n) {
+    int any = 0;
+    for (int32_t i = 0; i < nq; i++) {
+        float *si = sc->s + (size_t)i * CPU_BLOCK;
+        float bm = -INFINITY;
+        for (int32_t t = 0; t < n; t++) bm = si[t] > bm ? si[t] : bm;
+        if (bm == -INFINITY) {
+            memset(si, 0, (size_t)n * sizeof *si);
+            continue;
+        }
+        any = 1;
+        const float m_new = bm > sc->m[i] ? bm : sc->m[i];
+        if (m_new != sc->m[i]) {
+            const float corr = expf(sc->m[i] - m_new); /* 0 when m was -inf */
+            sc->l[i] *= corr;
+            float *oi = sc->o + (size_t)i * c->L->d_v;
+            for (int32_t v = 0; v < c->L->d_v; v++) oi[v] *= corr;
+            sc->m[i] = m_new;
+        }
+        sc->l[i] += c->k->exp_sum(si, n, m_new);
+    }
+    return any;
+}
+
+/* Scores, masks, and accumulates the tokens [lo, hi) of one sequence for one item. */
+static void attend_range(const attend_ctx *c, const work_item *it, const scratch *sc, int32_t nq, int32_t lo, int32_t hi) {
+    const gokv_attend_desc *d = c->d;
+    const gokv_layout *L = c->L;
+    const cpu_kernels *k = c->k;
+    const int32_t seq = it->seq, h = it->kvh, P = L->page_size;
+    const int32_t kv_len = d->kv_len[seq];
+    const int32_t *ids = d->page_ids + d->page_indptr[seq];
+    const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
+    const int32_t enc = cpu_row_enc(L->format);
+    const uint8_t *ring = L->kivi && kv_len > n_quant ? cpu_ring(c->pool, L, d->residual_slot[seq]) : NULL;
+    int32_t t = lo;
+    while (t < hi) {
+        int32_t base, n;
+        if (t >= n_quant) { /* KIVI residual ring: fp16 rows */
+            const int32_t r = t % L->ring_rows;
+            n = hi - t;
+            n = n < L->ring_rows - r ? n : L->ring_rows - r;
+            n = n < CPU_BLOCK ? n : CPU_BLOCK;
+            base = t;
+            cpu_rows rk = cpu_ring_rows(L, ring, h, 0, r, n);
+            k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, nq, sc->s, CPU_BLOCK);
+            mask_block(c, seq, sc, nq, base, n, lo, hi);
+            if (softmax_block(c, sc, nq, n)) {
+                cpu_rows rv = cpu_ring_rows(L, ring, h, 1, r, n);
+                k->accum_rows[CPU_ENC_F16](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+            }
+            t += n;
+            continue;
+        }
+        const int32_t id = ids[t / P], slot = t % P;
+        const int32_t page_end = t - slot + P;
+        if (id < 0) { /* released page: nothing visible */
+            t = page_end;
+            continue;
+        }
+        const uint8_t *page = cpu_page(c->pool, L, id);
+        if (L->kivi) { /* one whole key group; tokens outside [t, hi) are masked */
+            const int32_t j = slot / L->group;
+            base = t - slot % L->group;
+            n = L->group;
+            cpu_chan ch = cpu_page_chan(L, page, h, j);
+            k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s, CPU_BLOCK);
+            const int32_t block_hi = base + n < n_quant ? base + n : n_quant; /* ring tokens are read from the ring */
+            mask_block(c, seq, sc, nq, base, n, t, block_hi < hi ? block_hi : hi);
+            if (softmax_block(c, sc, nq, n)) {
+                if (L->v_is_k_prefix) {
+                    k->accum_chan(&ch, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+                } else {
+                    cpu_rows rv = cpu_page_rows(L, page, h, 1, j * L->group, n);
+                    k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+                }
+            }
+            t = block_hi < hi ? block_hi : hi;
+            continue;
+        }
+        base = t;
+        n = hi - t;
+        n = n < page_end - t ? n : page_end - t;
+        n = n < CPU_BLOCK ? n : CPU_BLOCK;
+        cpu_rows rk = cpu_page_rows(L, page, h, 0, slot, n);
+        k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, nq, sc->s, CPU_BLOCK);
+        mask_block(c, seq, sc, nq, base, n, lo, hi);
+        if (softmax_block(c, sc, nq, n)) {
+            cpu_rows rv = cpu_page_rows(L, page, h, 1, slot, n);
+            k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+        }
+        t += n;
+    }
+}
+
+/* Final normalization with the learned sink: out = o e^(m-M) / (l e^(m-M) + e^(σ-M)), zeros if nothing seen. */
+static void finalize(float *out, const float *o, float m, float l, int has_sink, float sigma, int32_t dv) {
+    if (l == 0.0f) {
+        memset(out, 0, (size_t)dv * sizeof *out);
+        return;
+    }
+    const float M = has_sink && sigma > m ? sigma : m;
+    const float w = expf(m - M);
+    const float den = l * w + (has_sink ? expf(sigma - M) : 0.0f);
+    const float f = w / den;
+    for (int32_t v = 0; v < dv; v++) out[v] = o[v] * f;
+}
+
+static void run_item(void *ctx_, int64_t index, int32_t worker) {
+    const attend_ctx *c = ctx_;
+    const work_item *it = &c->items[index];
+    const gokv_attend_desc *d = c->d;
+    const gokv_layout *L = c->L;
+    const int32_t G = c->G, nq = it->nrows * G, dk = L->d_k, dv = L->d_v;
+    scratch sc = carve(c->scratch + (size_t)worker * c->scratch_bytes, L, c->nq_max);
+    const int32_t qrow0 = d->q_indptr[it->seq] + it->row0;
+    for (int32_t r = 0; r < it->nrows; r++)
+        for (int32_t g = 0; g < G; g++) {
+            const int32_t i = r * G + g;
+            const float *src = d->q + ((size_t)(qrow0 + r) * d->n_heads_q + (size_t)it->kvh * G + g) * dk;
+            for (int32_t x = 0; x < dk; x++) sc.q[(size_t)i * dk + x] = src[x] * d->scale;
+            sc.pos[i] = d->q_pos[it->seq] + it->row0 + r;
+            sc.m[i] = -INFINITY;
+            sc.l[i] = 0.0f;
+        }
+    memset(sc.o, 0, (size_t)nq * dv * sizeof *sc.o);
+    if (L->group && !L->kivi) { /* Σ q over each group, for the bias term of per-token formats */
+        const int32_t ng = dk / L->group;
+        for (int32_t i = 0; i < nq; i++)
+            for (int32_t j = 0; j < ng; j++) {
+                float acc = 0.0f;
+                for (int32_t x = j * L->group; x < (j + 1) * L->group; x++) acc += sc.q[(size_t)i * dk + x];
+                sc.qsum[(size_t)i * ng + j] = acc;
+            }
+    }
+    /* walk this chunk of the concatenated visible ranges */
+    seg segs[2];
+    const int32_t p0 = d->q_pos[it->seq] + it->row0, p1 = p0 + it->nrows - 1;
+    const int32_t n_segs = visible_segments(d, d->kv_len[it->seq], p0, p1, segs);
+    int32_t v = 0;
+    for (int32_t s = 0; s < n_segs; s++) {
+        const int32_t len = segs[s].hi - segs[s].lo;
+        const int32_t a = it->v0 > v ? it->v0 : v, b = it->v1 < v + len ? it->v1 : v + len;
+        if (a < b) attend_range(c, it, &sc, nq, segs[s].lo + (a - v), segs[s].lo + (b - v));
+        v += len;
+    }
+    if (it->n_chunks > 1) { /* partials for the reduce pass */
+        float *part = c->parts + it->part;
+        for (int32_t i = 0; i < nq; i++) {
+            float *pi = part + (size_t)i * (dv + 2);
+            pi[0] = sc.m[i];
+            pi[1] = sc.l[i];
+            memcpy(pi + 2, sc.o + (size_t)i * dv, (size_t)dv * sizeof(float));
+        }
+        return;
+    }
+    for (int32_t r = 0; r < it->nrows; r++)
+        for (int32_t g = 0; g < G; g++) {
+            const int32_t i = r * G + g, head = it->kvh * G + g;
+            float *out = d->out + ((size_t)(qrow0 + r) * d->n_heads_q + head) * dv;
+            finalize(out, sc.o + (size_t)i * dv, sc.m[i], sc.l[i], d->sink_logits != NULL,
+                     d->sink_logits ? d->sink_logits[head] : 0.0f, dv);
+        }
+}
+
+static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
+    (void)worker;
+    const attend_ctx *c = ctx_;
+    const tile *tl = &c->tiles[index];
+    if (tl->n_chunks <= 1) return;
+    const gokv_attend_desc *d = c->d;
+    const int32_t G = c->G, dv = c->L->d_v, nq = tl->nrows * G;
+    const size_t stride = (size_t)nq * (dv + 2); /* floats per chunk */
+    const int32_t qrow0 = d->q_indptr[tl->seq] + tl->row0;
+    for (int32_t r = 0; r < tl->nrows; r++)
+        for (int32_t g = 0; g < G; g++) {
+            const int32_t i = r * G + g, head = tl->kvh * G + g;
+            const int has_sink = d->sink_logits != NULL;
+            const float sigma = has_sink ? d->sink_logits[head] : 0.0f;
+            float *out = d->out + ((size_t)(qrow0 + r) * d->n_heads_q + head) * dv;
+            float M = -INFINITY;
+            for (int32_t ch = 0; ch < tl->n_chunks; ch++) {
+                const float *pc = c->parts + tl->part + ch * stride + (size_t)i * (dv + 2);
+                if (pc[1] > 0.0f && pc[0] > M) M = pc[0];
+            }
+            if (M == -INFINITY) { /* nothing visible in any chunk */
+                memset(out, 0, (size_t)dv * sizeof *out);
+                continue;
+            }
+            if (has_sink && sigma > M) M = sigma;
+            for (int32_t v = 0; v < dv; v++) out[v] = 0.0f;
+            float den = has_sink ? expf(sigma - M) : 0.0f;
+            for (int32_t ch = 0; ch < tl->n_chunks; ch++) {
+                const float *pc = c->parts + tl->part + ch * stride + (size_t)i * (dv + 2);
+                if (pc[1] == 0.0f) continue;
+                const float w = expf(pc[0] - M);
+                den += w * pc[1];
+                for (int32_t v = 0; v < dv; v++) out[v] += w * pc[2 + v];
+            }
+            const float inv = 1.0f / den;
+            for (int32_t v = 0; v < dv; v++) out[v] *= inv;
+        }
+}
+
+/* Visible length of a tile, and its chunk count. */
+static int32_t tile_chunks(const gokv_attend_desc *d, int32_t seq, int32_t row0, int32_t nrows, int32_t n_rows_seq,
+                           int32_t chunk, int32_t *vis_len) {
+    seg segs[2];
+    const int32_t p0 = d->q_pos[seq] + row0;
+    const int32_t n = visible_segments(d, d->kv_len[seq], p0, p0 + nrows - 1, segs);
+    int32_t len = 0;
+    for (int32_t s = 0; s < n; s++) len += segs[s].hi - segs[s].lo;
+    *vis_len = len;
+    if (n_rows_seq > SPLIT_MAX_ROWS || len <= chunk) return 1;
+    return (int32_t)(((int64_t)len + chunk - 1) / chunk);
+}
+
+gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_attend_desc *d) {
+    cpu_device *dev = dev_;
+    if (d->flags & GOKV_ATTEND_DEQUANT_BASELINE) return cpu_attend_dequant_baseline(dev, pool, L, d);
+    attend_ctx c = {0};
+    c.d = d;
+    c.L = L;
+    c.pool = pool;
+    c.k = cpu_kernels_for_call(d->flags);
+    c.G = d->n_heads_q / L->n_kv_heads;
+    c.rows_per_tile = PREFILL_TILE_VECTORS / c.G > 1 ? PREFILL_TILE_VECTORS / c.G : 1;
+    const int32_t chunk = d->chunk_size > 0 ? d->chunk_size : DEFAULT_CHUNK;
+
+    /* plan: count tiles, items and partial floats */
+    int64_t n_tiles = 0, n_items = 0, n_part = 0;
+    int32_t max_rows = 1;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+        const int32_t rt = rows <= SPLIT_MAX_ROWS ? rows : c.rows_per_tile;
+        for (int32_t r0 = 0; r0 < rows; r0 += rt) {
+            const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
+            int32_t vl;
+            const int32_t nc = tile_chunks(d, s, r0, nr, rows, chunk, &vl);
+            n_tiles += L->n_kv_heads;
+            n_items += (int64_t)nc * L->n_kv_heads;
+            if (nc > 1) n_part += (int64_t)nc * L->n_kv_heads * nr * c.G * (L->d_v + 2);
+            max_rows = nr > max_rows ? nr : max_rows;
+        }
+    }
+    c.nq_max = max_rows * c.G;
+    c.scratch_bytes = align_up(scratch_size(L, c.nq_max));
+    const int32_t n_workers = cpu_threadpool_size(dev->tp);
+    const size_t need = align_up((size_t)n_tiles * sizeof(tile)) + align_up((size_t)n_items * sizeof(work_item)) +
+                        align_up((size_t)n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + 64;
+
+    pthread_mutex_lock(&dev->mu);
+    if (dev->ws_bytes < need) {
+        void *ws = realloc(dev->ws, need);
+        if (!ws) {
+            pthread_mutex_unlock(&dev->mu);
+            return gokv_set_error(GOKV_ENOMEM, "gokv_attend: cannot allocate %zu bytes of workspace", need);
+        }
+        dev->ws = ws;
+        dev->ws_bytes = need;
+    }
+    uint8_t *base = (uint8_t *)(((uintptr_t)dev->ws + 63u) & ~(uintptr_t)63u);
+    c.tiles = (tile *)base, base += align_up((size_t)n_tiles * sizeof(tile));
+    c.items = (work_item *)base, base += align_up((size_t)n_items * sizeof(work_item));
+    c.parts = (float *)base, base += align_up((size_t)n_part * sizeof(float));
+    c.scratch = base;
+
+    /* fill tiles and items */
+    int64_t ti = 0, ii = 0, part = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+        const int32_t rt = rows <= SPLIT_MAX_ROWS ? rows : c.rows_per_tile;
+        for (int32_t r0 = 0; r0 < rows; r0 += rt) {
+            const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
+            int32_t vl;
+            const int32_t nc = tile_chunks(d, s, r0, nr, rows, chunk, &vl);
+            const int32_t per = nc > 1 ? chunk : vl;
+            for (int32_t h = 0; h < L->n_kv_heads; h++) {
+                c.tiles[ti++] = (tile){s, h, r0, nr, nc, part};
+                for (int32_t ch = 0; ch < nc; ch++) {
+                    const int32_t v0 = ch * per, v1 = ch == nc - 1 ? vl : v0 + per;
+                    c.items[ii++] = (work_item){s, h, r0, nr, v0, v1, nc, nc > 1 ? part : -1};
+                    if (nc > 1) part += (int64_t)nr * c.G * (L->d_v + 2);
+                }
+            }
+        }
+    }
+    cpu_threadpool_run(dev->tp, n_items, run_item, &c);
+    if (n_part > 0) cpu_threadpool_run(dev->tp, n_tiles, reduce_tile, &c);
+    pthread_mutex_unlock(&dev->mu);
+    return GOKV_OK;
+}

@@ -1,0 +1,243 @@
+/*
+ * cpu_backend.c: the CPU module's backend table: devices (a thread pool), pools (page and ring storage in
+ * host memory), the SIMD level chosen at run time from the CPU's features, and the test hooks of gokv_cpu.h.
+ */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_internal.h"
+#include "gokv_core.h"
+
+/* ---- SIMD level ---- */
+
+static int32_t detect_simd(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return GOKV_CPU_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return GOKV_CPU_AVX2;
+    return GOKV_CPU_SCALAR;
+#elif defined(__aarch64__)
+    return GOKV_CPU_NEON;
+#else
+    return GOKV_CPU_SCALAR;
+#endif
+}
+
+static _Atomic int32_t g_simd_detected = -1;
+static _Atomic int32_t g_simd_limit = 1 << 20;
+
+int32_t gokv_cpu_simd_level(void) {
+    int32_t v = atomic_load(&g_simd_detected);
+    if (v < 0) {
+        v = detect_simd();
+        atomic_store(&g_simd_detected, v);
+    }
+    return v;
+}
+
+/* NEON is not above AVX levels: the limit only moves between scalar and the detected level. */
+static int32_t level_in_force(void) {
+    const int32_t hw = gokv_cpu_simd_level(), lim = atomic_load(&g_simd_limit);
+    if (hw == GOKV_CPU_NEON) return lim >= GOKV_CPU_NEON ? GOKV_CPU_NEON : GOKV_CPU_SCALAR;
+    return hw < lim ? hw : lim;
+}
+
+int32_t gokv_cpu_set_simd_limit(int32_t level) {
+    atomic_store(&g_simd_limit, level < 0 ? 0 : level);
+    return level_in_force();
+}
+
+const char *gokv_cpu_simd_name(int32_t level) {
+    switch (level) {
+    case GOKV_CPU_SCALAR: return "scalar";
+    case GOKV_CPU_AVX2: return "avx2";
+    case GOKV_CPU_AVX512: return "avx512";
+    case GOKV_CPU_NEON: return "neon";
+    default: return "unknown";
+    }
+}
+
+/* One table per level, built once: scalar entries, overridden by the level's own. */
+static cpu_kernels g_tables[4];
+static pthread_once_t g_table_once[4] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static void fill_scalar(void) { cpu_kernels_fill_scalar(&g_tables[GOKV_CPU_SCALAR]); }
+#if defined(__x86_64__)
+static void fill_avx2(void) {
+    cpu_kernels_fill_scalar(&g_tables[GOKV_CPU_AVX2]);
+    cpu_kernels_fill_avx2(&g_tables[GOKV_CPU_AVX2]);
+}
+static void fill_avx512(void) {
+    cpu_kernels_fill_scalar(&g_tables[GOKV_CPU_AVX512]);
+    cpu_kernels_fill_avx2(&g_tables[GOKV_CPU_AVX512]);
+    cpu_kernels_fill_avx512(&g_tables[GOKV_CPU_AVX512]);
+}
+#endif
+#if defined(__aarch64__)
+static void fill_neon(void) {
+    cpu_kernels_fill_scalar(&g_tables[GOKV_CPU_NEON]);
+    cpu_kernels_fill_neon(&g_tables[GOKV_CPU_NEON]);
+}
+#endif
+
+const cpu_kernels *cpu_kernels_get(int32_t level) {
+    switch (level) {
+#if defined(__x86_64__)
+    case GOKV_CPU_AVX2: pthread_once(&g_table_once[level], fill_avx2); break;
+    case GOKV_CPU_AVX512: pthread_once(&g_table_once[level], fill_avx512); break;
+#endif
+#if defined(__aarch64__)
+    case GOKV_CPU_NEON: pthread_once(&g_table_once[level], fill_neon); break;
+#endif
+    default: level = GOKV_CPU_SCALAR; pthread_once(&g_table_once[level], fill_scalar); break;
+    }
+    return &g_tables[level];
+}
+
+const cpu_kernels *cpu_kernels_for_call(uint32_t flags) {
+    return cpu_kernels_get(flags & GOKV_ATTEND_FORCE_SCALAR ? GOKV_CPU_SCALAR : level_in_force());
+}
+
+/* ---- devices ---- */
+
+static int32_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int32_t)n : 1;
+}
+
+static gokv_status cpu_device_open(const gokv_device_desc *desc, void **impl) {
+    if (desc->device_index > 0)
+        return gokv_set_error(GOKV_ENODEV, "gokv_device_open: cpu has one device (index 0), asked for %d", desc->device_index);
+    cpu_device *dev = calloc(1, sizeof *dev);
+    if (!dev) return gokv_set_error(GOKV_ENOMEM, "gokv_device_open: cannot allocate the cpu device");
+    dev->n_threads = desc->n_threads > 0 ? desc->n_threads : online_cpus();
+    dev->tp = cpu_threadpool_create(dev->n_threads);
+    if (!dev->tp) {
+        free(dev);
+        return gokv_set_error(GOKV_ENOMEM, "gokv_device_open: cannot start %d cpu worker threads", desc->n_threads);
+    }
+    pthread_mutex_init(&dev->mu, NULL);
+    *impl = dev;
+    return GOKV_OK;
+}
+
+static void cpu_device_close(void *impl) {
+    cpu_device *dev = impl;
+    cpu_threadpool_destroy(dev->tp);
+    pthread_mutex_destroy(&dev->mu);
+    free(dev->ws);
+    free(dev);
+}
+
+static void cpu_model_name(char *out, size_t cap) {
+    snprintf(out, cap, "cpu");
+#if defined(__linux__)
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        snprintf(out, cap, "%s", v);
+        out[strcspn(out, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+#endif
+}
+
+static gokv_status cpu_device_info(void *impl, gokv_device_info *out) {
+    const cpu_device *dev = impl;
+    const int32_t level = level_in_force();
+    cpu_model_name(out->name, sizeof out->name);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    out->memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    out->n_threads = dev->n_threads;
+    out->subgroup_size = level == GOKV_CPU_AVX512 ? 16 : level == GOKV_CPU_AVX2 ? 8 : level == GOKV_CPU_NEON ? 4 : 1;
+    out->caps = GOKV_CAP_DECODE | GOKV_CAP_PREFILL | GOKV_CAP_LEARNED_SINKS | GOKV_CAP_WINDOW | GOKV_CAP_MLA |
+                GOKV_CAP_HOLES | GOKV_CAP_BASELINE;
+    out->formats = (1u << GOKV_FORMAT_COUNT_) - 1u;
+    const char *extra = "";
+#if defined(__x86_64__)
+    if (level >= GOKV_CPU_AVX2) extra = level == GOKV_CPU_AVX512 ? " fma f16c avx2" : " fma f16c";
+#endif
+    snprintf(out->features, sizeof out->features, "%s%s (detected %s)", gokv_cpu_simd_name(level), extra,
+             gokv_cpu_simd_name(gokv_cpu_simd_level()));
+    return GOKV_OK;
+}
+
+/* ---- pools ---- */
+
+static void *alloc_aligned(size_t bytes, void **raw) {
+    *raw = calloc(1, bytes + 64);
+    if (!*raw) return NULL;
+    return (void *)(((uintptr_t)*raw + 63u) & ~(uintptr_t)63u);
+}
+
+static gokv_status cpu_pool_create(void *dev, const gokv_pool_desc *desc, const gokv_layout *L, void **impl) {
+    (void)dev;
+    cpu_pool *p = calloc(1, sizeof *p);
+    if (!p) return gokv_set_error(GOKV_ENOMEM, "gokv_pool_create: cannot allocate the pool");
+    p->n_pages = desc->n_pages;
+    p->n_slots = desc->n_residual_slots;
+    const size_t page_total = (size_t)L->page_bytes * (size_t)desc->n_pages;
+    p->pages = alloc_aligned(page_total, &p->pages_alloc);
+    if (p->pages && p->n_slots > 0) p->rings = alloc_aligned((size_t)L->ring_bytes * (size_t)p->n_slots, &p->rings_alloc);
+    if (!p->pages || (p->n_slots > 0 && !p->rings)) {
+        free(p->pages_alloc);
+        free(p->rings_alloc);
+        free(p);
+        return gokv_set_error(GOKV_ENOMEM, "gokv_pool_create: cannot allocate %d pages of %llu bytes (%zu MiB)",
+                              desc->n_pages, (unsigned long long)L->page_bytes, page_total >> 20);
+    }
+    *impl = p;
+    return GOKV_OK;
+}
+
+static void cpu_pool_destroy(void *dev, void *impl) {
+    (void)dev;
+    cpu_pool *p = impl;
+    free(p->pages_alloc);
+    free(p->rings_alloc);
+    free(p);
+}
+
+static const gokv_backend g_cpu_backend = {
+    .name = "cpu",
+    .device_open = cpu_device_open,
+    .device_close = cpu_device_close,
+    .device_info = cpu_device_info,
+    .pool_create = cpu_pool_create,
+    .pool_destroy = cpu_pool_destroy,
+    .pool_write = cpu_pool_write,
+    .pool_read = cpu_pool_read,
+    .pool_copy = cpu_pool_copy,
+    .attend = cpu_attend,
+};
+
+const gokv_backend *gokv_cpu_backend(void) { return &g_cpu_backend; }
+
+/* ---- test hooks ---- */
+
+static const cpu_pool *as_cpu_pool(const gokv_pool *pool) {
+    return pool && pool->dev->be == &g_cpu_backend ? (const cpu_pool *)pool->impl : NULL;
+}
+
+const uint8_t *gokv_cpu_page_bytes(const gokv_pool *pool, int32_t page) {
+    const cpu_pool *p = as_cpu_pool(pool);
+    return p && page >= 0 && page < p->n_pages ? cpu_page(p, &pool->layout, page) : NULL;
+}
+
+const uint8_t *gokv_cpu_ring_bytes(const gokv_pool *pool, int32_t slot) {
+    const cpu_pool *p = as_cpu_pool(pool);
+    return p && slot >= 0 && slot < p->n_slots ? cpu_ring(p, &pool->layout, slot) : NULL;
+}

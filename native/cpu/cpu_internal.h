@@ -1,0 +1,117 @@
+/*
+ * cpu_internal.h: the CPU module's device and pool objects and the addressing of gokv_layout.h, shared
+ * by its op files (write/read/copy in store.c, attention in attend.c, the baseline in baseline.c).
+ */
+#ifndef GOKV_CPU_INTERNAL_H
+#define GOKV_CPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "gokv_backend.h"
+#include "gokv_cpu.h"
+#include "kernels/kernels.h"
+#include "threadpool.h"
+
+typedef struct cpu_device {
+    cpu_threadpool *tp;
+    int32_t n_threads;
+    pthread_mutex_t mu; /* one attention call at a time: it owns the workspace below */
+    void *ws;           /* attention workspace, grown on demand and kept (no allocation in steady state) */
+    size_t ws_bytes;
+} cpu_device;
+
+typedef struct cpu_pool {
+    uint8_t *pages; /* n_pages * page_bytes, 64-byte aligned */
+    uint8_t *rings; /* n_residual_slots * ring_bytes (KIVI) */
+    void *pages_alloc, *rings_alloc;
+    int32_t n_pages, n_slots;
+} cpu_pool;
+
+static inline const uint8_t *cpu_page(const cpu_pool *p, const gokv_layout *L, int32_t id) {
+    return p->pages + (size_t)id * L->page_bytes;
+}
+static inline uint8_t *cpu_page_mut(cpu_pool *p, const gokv_layout *L, int32_t id) {
+    return p->pages + (size_t)id * L->page_bytes;
+}
+static inline uint8_t *cpu_ring(const cpu_pool *p, const gokv_layout *L, int32_t slot) {
+    return p->rings + (size_t)slot * L->ring_bytes;
+}
+
+/* Encoding of per-token rows of a format (KIVI values use their bit width). */
+static inline int32_t cpu_row_enc(int32_t format) {
+    switch (format) {
+    case GOKV_FORMAT_F32: return CPU_ENC_F32;
+    case GOKV_FORMAT_F16: return CPU_ENC_F16;
+    case GOKV_FORMAT_Q8: return CPU_ENC_Q8;
+    case GOKV_FORMAT_Q4: case GOKV_FORMAT_KIVI4: return CPU_ENC_Q4;
+    default: return CPU_ENC_Q2;
+    }
+}
+
+/* Per-token rows of kv head h in a page, from slot `slot`, n tokens: the keys (non-KIVI) or values
+ * (value = 1). For MLA (v_is_k_prefix) values are the key rows. */
+static inline cpu_rows cpu_page_rows(const gokv_layout *L, const uint8_t *page, int32_t h, int32_t value,
+                                     int32_t slot, int32_t n) {
+    cpu_rows r;
+    const int v = value && !L->v_is_k_prefix;
+    const uint64_t codes = v ? L->v_codes + h * L->v_codes_head : L->k_codes + h * L->k_codes_head;
+    const uint64_t row_bytes = v ? L->v_row_bytes : L->k_row_bytes;
+    const uint64_t sb = v ? L->v_sb_head : L->k_sb_head;
+    const int32_t groups = v ? L->v_groups : L->k_groups;
+    r.codes = page + codes + (uint64_t)slot * row_bytes;
+    r.row_stride = row_bytes;
+    r.scale = groups ? (const uint16_t *)(page + (v ? L->v_scale : L->k_scale) + h * sb) + (size_t)slot * groups : NULL;
+    r.bias = groups ? (const uint16_t *)(page + (v ? L->v_bias : L->k_bias) + h * sb) + (size_t)slot * groups : NULL;
+    r.sb_stride = (size_t)groups;
+    r.n = n;
+    r.enc = cpu_row_enc(L->format);
+    r.group = L->group;
+    return r;
+}
+
+/* KIVI key group j (tokens j*g .. j*g+g-1 of the page) of kv head h. */
+static inline cpu_chan cpu_page_chan(const gokv_layout *L, const uint8_t *page, int32_t h, int32_t j) {
+    cpu_chan c;
+    c.codes = page + L->k_codes + h * L->k_codes_head + (uint64_t)j * L->k_row_bytes;
+    c.scale = (const uint16_t *)(page + L->k_scale + h * L->k_sb_head) + (size_t)j * L->d_k;
+    c.bias = (const uint16_t *)(page + L->k_bias + h * L->k_sb_head) + (size_t)j * L->d_k;
+    c.bits = L->bits;
+    c.g = L->group;
+    return c;
+}
+
+/* Ring rows of kv head h (fp16), ring row r0 on, n rows (no wrap inside: callers split at the end). */
+static inline cpu_rows cpu_ring_rows(const gokv_layout *L, const uint8_t *ring, int32_t h, int32_t value, int32_t r0,
+                                     int32_t n) {
+    cpu_rows r;
+    const int v = value && !L->v_is_k_prefix;
+    const int32_t d = v ? L->d_v : L->d_k;
+    r.codes = ring + (v ? L->ring_v : L->ring_k) + ((size_t)r0 * L->n_kv_heads + h) * d * 2u;
+    r.row_stride = (size_t)L->n_kv_heads * d * 2u;
+    r.scale = r.bias = NULL;
+    r.sb_stride = 0;
+    r.n = n;
+    r.enc = CPU_ENC_F16;
+    r.group = 0;
+    return r;
+}
+
+/* The kernel table in force for a call (FORCE_SCALAR, else the process-wide SIMD level). */
+const cpu_kernels *cpu_kernels_for_call(uint32_t flags);
+
+/* Ops of the CPU backend table. */
+gokv_status cpu_pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *d);
+gokv_status cpu_pool_read(void *dev, void *pool, const gokv_layout *L, const gokv_read_desc *d);
+gokv_status cpu_pool_copy(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *d);
+gokv_status cpu_attend(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *d);
+
+/* Reads tokens [start, start + n) of one sequence as f32 rows [n][Hkv][d] (k_out, and v_out unless NULL). */
+void cpu_read_sequence(const cpu_pool *p, const gokv_layout *L, const int32_t *ids, int32_t kv_len, int32_t slot,
+                       int32_t start, int32_t n, float *k_out, float *v_out);
+
+/* The dequantize-then-attend baseline (DESIGN.md §9's comparison point): baseline.c. */
+gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, const gokv_layout *L,
+                                        const gokv_attend_desc *d);
+
+#endif

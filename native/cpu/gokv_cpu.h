@@ -1,0 +1,39 @@
+/*
+ * gokv_cpu.h: the CPU module's entry points beyond the backend table: raw storage access for tests
+ * and the SIMD-path selection. Not part of the public ABI.
+ */
+#ifndef GOKV_CPU_H
+#define GOKV_CPU_H
+
+#include "gokv.h"
+#include "gokv_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The layout of a pool (any backend). */
+const gokv_layout *gokv_pool_layout(const gokv_pool *pool);
+
+/* CPU pools only: the bytes of page `page` (layout.page_bytes long) and of residual slot `slot`
+ * (layout.ring_bytes long); NULL if out of range or not a CPU pool. For tests of the stored format. */
+const uint8_t *gokv_cpu_page_bytes(const gokv_pool *pool, int32_t page);
+const uint8_t *gokv_cpu_ring_bytes(const gokv_pool *pool, int32_t slot);
+
+/* SIMD paths of the CPU kernels, best first. gokv_cpu_simd_level() is what the CPU supports;
+ * gokv_cpu_set_simd_limit caps it process-wide (tests use it to compare each path with the scalar one);
+ * returns the level now in force. */
+enum {
+    GOKV_CPU_SCALAR = 0,
+    GOKV_CPU_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    GOKV_CPU_AVX512 = 2, /* AVX-512 F/BW/VL (+VNNI where it pays) */
+    GOKV_CPU_NEON = 3,   /* arm64 baseline */
+};
+int32_t gokv_cpu_simd_level(void);
+int32_t gokv_cpu_set_simd_limit(int32_t level);
+const char *gokv_cpu_simd_name(int32_t level);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

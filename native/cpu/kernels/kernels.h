@@ -1,0 +1,76 @@
+/*
+ * kernels.h: the inner kernels of the CPU module's fused attention (DESIGN.md §5), as one table per SIMD
+ * level. The scalar table (scalar.c) reads like the math; each SIMD file overrides the entries it makes
+ * faster and is checked against the scalar one by the tests. Blocks never hold more than CPU_BLOCK tokens.
+ *
+ * Queries arrive pre-scaled by α, as nq vectors of d floats (row stride ldq). Scores go to s[i*lds + t].
+ * Per-token groups:  q·k̂_t = Σ_g s_g (q_g · codes_g) + b_g Σ_{c∈g} q_c   (qsum[i*n_groups + g] = Σ_{c∈g} q_c)
+ * Per-channel (KIVI keys, one group of g tokens): q·k̂_t = Σ_c (q_c s_c) code_{c,t} + Σ_c q_c b_c
+ * Values: o_i += Σ_t p[i*ldp + t] v̂_t over the first dv dims, v̂ decoded in registers, never stored.
+ */
+#ifndef GOKV_CPU_KERNELS_H
+#define GOKV_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CPU_BLOCK = 128 };
+
+/* How the elements of a per-token row are encoded. */
+enum { CPU_ENC_F32 = 0, CPU_ENC_F16, CPU_ENC_Q8, CPU_ENC_Q4, CPU_ENC_Q2, CPU_ENC_COUNT };
+
+/* n consecutive tokens of one kv head, stored one row per token. */
+typedef struct cpu_rows {
+    const uint8_t *codes;   /* row t at codes + t * row_stride (bytes) */
+    size_t row_stride;
+    const uint16_t *scale;  /* fp16, row t's groups at scale + t * sb_stride (elements); NULL for f32/f16 */
+    const uint16_t *bias;
+    size_t sb_stride;
+    int32_t n;              /* tokens, 1..CPU_BLOCK */
+    int32_t enc;            /* CPU_ENC_* */
+    int32_t group;          /* g for quantized encodings */
+} cpu_rows;
+
+/* One KIVI key group: g tokens of d channels, channel c's codes at codes + c * (g * bits / 8). */
+typedef struct cpu_chan {
+    const uint8_t *codes;
+    const uint16_t *scale; /* [d] fp16 */
+    const uint16_t *bias;  /* [d] fp16 */
+    int32_t bits;          /* 2 or 4 */
+    int32_t g;             /* tokens in the group, <= CPU_BLOCK */
+} cpu_chan;
+
+typedef struct cpu_kernels {
+    /* s[i][t] = q_i · k̂_t for the n rows of r (d dims). qsum may be NULL for f32/f16. */
+    void (*score_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
+                                      int32_t nq, float *s, size_t lds);
+    /* o[i][0..dv) += Σ_t p[i][t] · v̂_t[0..dv) for the n rows of r. */
+    void (*accum_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq,
+                                      float *o, size_t ldo);
+    /* KIVI keys: s[i][t] = q_i · k̂_t for the g tokens of the group (d channels). */
+    void (*score_chan)(const cpu_chan *c, int32_t d, const float *q, size_t ldq, int32_t nq, float *s, size_t lds);
+    /* KIVI keys read as values (MLA): o[i][0..dv) += Σ_t p[i][t] · k̂_t[0..dv). */
+    void (*accum_chan)(const cpu_chan *c, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o, size_t ldo);
+    /* x[t] = e^(x[t] - m) for t < n (x may hold -inf: gives 0); returns Σ of the results. */
+    float (*exp_sum)(float *x, int32_t n, float m);
+    /* Dequantizes one per-token row of d elements (reads, baseline). */
+    void (*dequant_row)(const cpu_rows *r, int32_t t, int32_t d, float *out);
+} cpu_kernels;
+
+/* The table for a SIMD level (GOKV_CPU_*), filled on first use: scalar entries overridden by the level's. */
+const cpu_kernels *cpu_kernels_get(int32_t level);
+
+void cpu_kernels_fill_scalar(cpu_kernels *k);
+/* Each SIMD file overrides what it implements; these exist only on their architectures. */
+void cpu_kernels_fill_avx2(cpu_kernels *k);
+void cpu_kernels_fill_avx512(cpu_kernels *k);
+void cpu_kernels_fill_neon(cpu_kernels *k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
