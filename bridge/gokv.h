@@ -237,6 +237,11 @@ typedef struct gokv_attend_desc {
 } gokv_attend_desc;
 gokv_status gokv_attend(gokv_device *dev, const gokv_attend_desc *desc);
 
+/* One batch step of a layer in one call: appends the new tokens (write, may be NULL or have no rows) and then
+ * attends (attend->pool must be the pool written). Both descriptors are validated before anything is
+ * written, so a rejected step leaves the cache as it was. */
+gokv_status gokv_append_attend(gokv_device *dev, const gokv_write_desc *write, const gokv_attend_desc *attend);
+
 /* KIVI: how many of a sequence's n tokens are quantized into pages (the rest are in its ring). */
 int32_t gokv_kivi_quantized_len(int32_t n, int32_t group_size, int32_t residual);
 

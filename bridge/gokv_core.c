@@ -297,3 +297,22 @@ gokv_status gokv_attend(gokv_device *dev, const gokv_attend_desc *desc) {
     gokv_pool *pool = d.pool;
     GOKV_POOL_CALL(op, pool, attend, &d);
 }
+
+gokv_status gokv_append_attend(gokv_device *dev, const gokv_write_desc *write, const gokv_attend_desc *attend) {
+    static const char *const op = "gokv_append_attend";
+    gokv_attend_desc a;
+    gokv_status st = gokv_validate_attend(op, dev, attend, &a);
+    if (st) return st;
+    gokv_pool *pool = a.pool;
+    if (write) {
+        gokv_write_desc w;
+        if ((st = gokv_validate_write(op, pool, write, &w))) return st;
+        if (w.n_seqs > 0) {
+            if (!pool->dev->be->pool_write)
+                return gokv_set_error(GOKV_ENOTSUP, "%s: backend \"%s\" does not implement pool_write", op, pool->dev->be->name);
+            if ((st = pool->dev->be->pool_write(pool->dev->impl, pool->impl, &pool->layout, &w))) return st;
+        }
+    }
+    if (a.n_seqs == 0) return ok();
+    GOKV_POOL_CALL(op, pool, attend, &a);
+}

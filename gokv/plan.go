@@ -1,0 +1,310 @@
+package gokv
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// planMaxContext is the largest context the planner considers: positions cross the C ABI as int32.
+const planMaxContext = math.MaxInt32
+
+// PlanOptions configures Plan. The zero value plans f32 storage at context 0 with no memory budget.
+// Plan only reads it (LayerFormats included). All byte counts are in bytes; see ParseSize for "64GiB".
+type PlanOptions struct {
+	// Format is the storage format of every layer without an entry in LayerFormats. The zero value
+	// is f32; most callers want F16 or a quantized format.
+	Format Format
+	// LayerFormats overrides Format per layer (key: layer index), e.g. q8 for the first and last layers
+	// and q4 for the rest. Keys must be valid layer indices.
+	LayerFormats map[int]Format
+	// Context is the number of tokens per sequence to size the cache for (>= 0).
+	Context int
+	// Sequences is the number of concurrent sequences of Context tokens each; 0 means 1.
+	Sequences int
+	// PageSize is P, tokens per page: a multiple of 8 in [8, 1024] and of the group size of every KIVI
+	// format in use; 0 means 64 (DESIGN.md §6).
+	PageSize int
+	// MemoryBytes is the memory the KV cache shares with the weights and the runtime (e.g. a GPU's
+	// memory or a Mac's unified memory); 0 means no budget (MaxContext is not computed).
+	MemoryBytes int64
+	// WeightsBytes is the memory the model's weights take; 0 means spec.WeightsBytes.
+	WeightsBytes int64
+	// OverheadBytes is everything else that must fit (activations, runtime, OS share).
+	OverheadBytes int64
+}
+
+// LayerPlan is the planner's account of one layer, for one sequence unless stated otherwise.
+type LayerPlan struct {
+	Index  int       // layer number
+	Layer  LayerSpec // its geometry
+	Format Format    // its storage format (the default or its override)
+	// BytesPerToken is the steady-state bytes one token costs in this layer (codes plus amortized fp16
+	// scales and biases, Format.BytesPerToken), before page rounding and without KIVI's residual.
+	BytesPerToken float64
+	// HeldTokens is how many tokens of a Context-long sequence the layer keeps: Context, or for a
+	// sliding-window layer min(Context, Window + SinkTokens).
+	HeldTokens int
+	// PagedTokens is how many of the held tokens live in pages: HeldTokens, except for KIVI, whose
+	// newest tokens (between R and R + G - 1) are in the fp16 residual ring instead.
+	PagedTokens int
+	Pages       int   // ceil(PagedTokens / PageSize)
+	PageBytes   int64 // bytes of one page (Format.PageBytes, the C layout including section alignment)
+	// ResidualBytes is the KIVI fp16 residual ring of one sequence (Format.ResidualSlotBytes; 0 for
+	// other formats), counted separately from the pages.
+	ResidualBytes int64
+	// KVBytes is this layer's total over all sequences: Sequences * (Pages*PageBytes + ResidualBytes).
+	KVBytes int64
+}
+
+// PlanResult is the outcome of Plan. All byte counts are exact integers of the allocation gokv makes
+// (pages of the C layout), not estimates, except the float per-token rates.
+type PlanResult struct {
+	Model     string // spec.Name
+	Context   int    // tokens per sequence planned for
+	Sequences int    // concurrent sequences (>= 1)
+	PageSize  int    // P used
+	Layers    []LayerPlan
+	// KVBytes is the whole KV cache at Context for all sequences: the sum of Layers[i].KVBytes.
+	KVBytes int64
+	// BytesPerToken is the sum of the layers' steady-state BytesPerToken: what one token costs in every
+	// layer that holds it (eq. 1 of Open-TQ-Metal divided by the context for uniform models).
+	BytesPerToken float64
+	// MarginalBytesPerToken is the same sum over the full-attention layers only: what one more token
+	// of one sequence costs once the sliding windows are full.
+	MarginalBytesPerToken float64
+
+	MemoryBytes, WeightsBytes, OverheadBytes int64 // the budget's inputs (WeightsBytes after defaulting)
+	// BudgetBytes is MemoryBytes - WeightsBytes - OverheadBytes, the memory left for the KV cache
+	// (0 when no budget was given).
+	BudgetBytes int64
+	// Fits reports KVBytes <= BudgetBytes (false when no budget was given).
+	Fits bool
+	// MaxContext is the largest context per sequence (all Sequences of it) whose KV cache fits in
+	// BudgetBytes; 0 when no budget was given or not even an empty cache fits. Pages are whole, so
+	// without KIVI it is a multiple of PageSize.
+	MaxContext int
+	// MaxContextUnbounded reports that the cache at 2^31-1 tokens (the ABI's position limit) still fits:
+	// memory does not limit the context (every layer windowed, or a very large budget). MaxContext is
+	// then 2^31-1.
+	MaxContextUnbounded bool
+}
+
+// Plan computes the KV cache memory of spec at opts.Context tokens per sequence, layer by layer, and
+// the largest context that fits the memory budget (DESIGN.md §6). For every layer it counts whole pages
+// of the C layout (so the figures are what gokv allocates), the KIVI residual ring separately, and for
+// sliding-window layers only min(Context, Window + SinkTokens) tokens: it assumes the cache frees pages
+// that fall out of the window and compacts holes, so a windowed layer needs ceil(held / P) pages.
+//
+// It reproduces Open-TQ-Metal's figures for Llama-3.1-70B at 131072 tokens: f16 = 42,949,672,960 bytes
+// (40 GiB, eq. 1) and q4:32 = 13,421,772,800 bytes (12.5 GiB). Plan is a pure function, safe for
+// concurrent use.
+func Plan(spec ModelSpec, opts PlanOptions) (PlanResult, error) {
+	if err := spec.Validate(); err != nil {
+		return PlanResult{}, err
+	}
+	res := PlanResult{Model: spec.Name, Context: opts.Context, Sequences: opts.Sequences, PageSize: opts.PageSize,
+		MemoryBytes: opts.MemoryBytes, WeightsBytes: opts.WeightsBytes, OverheadBytes: opts.OverheadBytes}
+	if res.Sequences == 0 {
+		res.Sequences = 1
+	}
+	if res.PageSize == 0 {
+		res.PageSize = 64
+	}
+	if res.WeightsBytes == 0 {
+		res.WeightsBytes = spec.WeightsBytes
+	}
+	switch {
+	case opts.Context < 0 || opts.Context > planMaxContext:
+		return PlanResult{}, fmt.Errorf("gokv: plan: Context %d is outside [0, %d]", opts.Context, planMaxContext)
+	case res.Sequences < 1 || res.Sequences > 1<<20:
+		return PlanResult{}, fmt.Errorf("gokv: plan: Sequences %d is outside [1, %d]", opts.Sequences, 1<<20)
+	case res.PageSize < 8 || res.PageSize > 1024 || res.PageSize%8 != 0:
+		return PlanResult{}, fmt.Errorf("gokv: plan: PageSize %d must be a multiple of 8 in [8, 1024]", res.PageSize)
+	case res.MemoryBytes < 0 || res.WeightsBytes < 0 || res.OverheadBytes < 0:
+		return PlanResult{}, fmt.Errorf("gokv: plan: memory %d, weights %d and overhead %d bytes must be >= 0",
+			res.MemoryBytes, res.WeightsBytes, res.OverheadBytes)
+	}
+	if err := planCheckOverrides(spec, opts.LayerFormats); err != nil {
+		return PlanResult{}, err
+	}
+
+	res.Layers = make([]LayerPlan, len(spec.Layers))
+	for i, l := range spec.Layers {
+		f := opts.Format
+		if o, ok := opts.LayerFormats[i]; ok {
+			f = o
+		}
+		if err := f.Validate(l.HeadDimK, l.HeadDimV); err != nil {
+			return PlanResult{}, fmt.Errorf("gokv: plan: layer %d (%s): %w", i, l, err)
+		}
+		if f.Kind.IsKIVI() && res.PageSize%f.Group != 0 {
+			return PlanResult{}, fmt.Errorf("gokv: plan: layer %d: PageSize %d is not a multiple of the group size of %s (KIVI quantizes keys %d tokens at a time)",
+				i, res.PageSize, f, f.Group)
+		}
+		lp := LayerPlan{Index: i, Layer: l, Format: f,
+			BytesPerToken: f.BytesPerToken(l.HeadsKV, l.HeadDimK, l.HeadDimV, l.VIsKPrefix()),
+			PageBytes:     f.PageBytes(l.HeadsKV, l.HeadDimK, l.HeadDimV, res.PageSize, l.VIsKPrefix()),
+			ResidualBytes: f.ResidualSlotBytes(l.HeadsKV, l.HeadDimK, l.HeadDimV, l.VIsKPrefix()),
+		}
+		res.BytesPerToken += lp.BytesPerToken
+		if !l.Windowed() {
+			res.MarginalBytesPerToken += lp.BytesPerToken
+		}
+		res.Layers[i] = lp
+	}
+	res.KVBytes = planFill(res.Layers, spec.SinkTokens, res.PageSize, res.Sequences, res.Context)
+
+	if res.MemoryBytes == 0 {
+		return res, nil
+	}
+	res.BudgetBytes = res.MemoryBytes - res.WeightsBytes - res.OverheadBytes
+	if res.BudgetBytes < 0 {
+		return PlanResult{}, fmt.Errorf("gokv: plan: weights %s + overhead %s exceed the memory %s",
+			FormatSize(res.WeightsBytes), FormatSize(res.OverheadBytes), FormatSize(res.MemoryBytes))
+	}
+	res.Fits = res.KVBytes <= res.BudgetBytes
+	res.MaxContext, res.MaxContextUnbounded = planMaxFit(res.Layers, spec.SinkTokens, res.PageSize, res.Sequences, res.BudgetBytes)
+	return res, nil
+}
+
+// planCheckOverrides rejects per-layer formats for layers the model does not have.
+func planCheckOverrides(spec ModelSpec, overrides map[int]Format) error {
+	bad := []int{}
+	for i := range overrides {
+		if i < 0 || i >= len(spec.Layers) {
+			bad = append(bad, i)
+		}
+	}
+	if len(bad) > 0 {
+		sort.Ints(bad)
+		return fmt.Errorf("gokv: plan: LayerFormats has layer %d but the model has layers 0..%d", bad[0], len(spec.Layers)-1)
+	}
+	return nil
+}
+
+// planFill sets the token and page counts of every layer for a context of n tokens per sequence and
+// returns the total KV bytes. It is non-decreasing in n, which planMaxFit's binary search relies on.
+func planFill(layers []LayerPlan, sinkTokens, pageSize, sequences, n int) int64 {
+	var total int64
+	for i := range layers {
+		lp := &layers[i]
+		held := n
+		if w := lp.Layer.Window; w > 0 && int64(w)+int64(sinkTokens) < int64(held) {
+			held = w + sinkTokens
+		}
+		lp.HeldTokens = held
+		lp.PagedTokens = lp.Format.QuantizedTokens(held)
+		lp.Pages = int((int64(lp.PagedTokens) + int64(pageSize) - 1) / int64(pageSize))
+		lp.KVBytes = planMulSat(int64(sequences), planAddSat(planMulSat(int64(lp.Pages), lp.PageBytes), lp.ResidualBytes))
+		total = planAddSat(total, lp.KVBytes)
+	}
+	return total
+}
+
+// planMulSat and planAddSat are a*b and a+b for non-negative operands, saturating at MaxInt64 so that
+// absurd plans compare as "does not fit" instead of wrapping around.
+func planMulSat(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+func planAddSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// planMaxFit returns the largest context whose KV fits in budget, by binary search over planFill on a
+// scratch copy of the layers (exact, including page and KIVI rounding).
+func planMaxFit(layers []LayerPlan, sinkTokens, pageSize, sequences int, budget int64) (int, bool) {
+	scratch := append([]LayerPlan(nil), layers...)
+	fits := func(n int) bool { return planFill(scratch, sinkTokens, pageSize, sequences, n) <= budget }
+	if fits(planMaxContext) {
+		return planMaxContext, true
+	}
+	if !fits(0) {
+		return 0, false
+	}
+	lo, hi := 0, planMaxContext // fits(lo), !fits(hi)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, false
+}
+
+// parseSizeUnits maps the suffixes ParseSize accepts (lowercase) to their multipliers.
+var parseSizeUnits = map[string]int64{
+	"": 1, "b": 1,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}
+
+// ParseSize parses a byte count: a non-negative decimal number with an optional unit, case-insensitive,
+// spaces allowed between them: "12345", "512B", "39.1GB" (GB = 10^9 bytes), "64GiB" (GiB = 2^30), and
+// likewise KB/KiB, MB/MiB, TB/TiB. Fractional results are rounded to the nearest byte. Note that Apple
+// and the Open-TQ-Metal paper write "GB" for what is 2^30 bytes (its 40 GB is eq. 1's 2^30-based
+// figure); pass GiB to mean that.
+func ParseSize(s string) (int64, error) {
+	text := strings.TrimSpace(s)
+	end := 0
+	dots := 0
+	for end < len(text) && (text[end] >= '0' && text[end] <= '9' || text[end] == '.') {
+		if text[end] == '.' {
+			dots++
+		}
+		end++
+	}
+	number, unit := text[:end], strings.ToLower(strings.TrimSpace(text[end:]))
+	if number == "" || number == "." || dots > 1 {
+		return 0, fmt.Errorf("gokv: size %q: want a non-negative number with an optional unit (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)", s)
+	}
+	mult, ok := parseSizeUnits[unit]
+	if !ok {
+		return 0, fmt.Errorf("gokv: size %q: unknown unit %q (want B, KB, KiB, MB, MiB, GB, GiB, TB or TiB)", s, text[end:])
+	}
+	r, ok := new(big.Rat).SetString(number)
+	if !ok {
+		return 0, fmt.Errorf("gokv: size %q: %q is not a number", s, number)
+	}
+	r.Mul(r, new(big.Rat).SetInt64(mult))
+	// round half up: floor(r + 1/2)
+	r.Add(r, big.NewRat(1, 2))
+	q := new(big.Int).Quo(r.Num(), r.Denom())
+	if !q.IsInt64() {
+		return 0, fmt.Errorf("gokv: size %q: too large", s)
+	}
+	return q.Int64(), nil
+}
+
+// FormatSize renders a byte count in binary units with up to two decimals: 42949672960 -> "40 GiB",
+// 13421772800 -> "12.5 GiB", 512 -> "512 B". Negative counts get a leading "-".
+func FormatSize(n int64) string {
+	if n < 0 {
+		if n == math.MinInt64 {
+			return "-8 EiB"
+		}
+		return "-" + FormatSize(-n)
+	}
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	v, u := float64(n), 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	if u == 0 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) + " " + units[u]
+}
