@@ -142,11 +142,12 @@ gokv_status gokv_pool_sizes(const gokv_pool *pool, uint64_t *page_bytes, uint64_
  * Appends tokens to sequences: sequence i already holds start_pos[i] tokens and receives the rows
  * [tok_indptr[i], tok_indptr[i+1]) of k and v, at positions start_pos[i], start_pos[i]+1, ...
  * Its page table (page_ids[page_indptr[i] .. page_indptr[i+1])) must cover every position up to the new
- * length with pages >= 0. Quantized formats quantize on write. KIVI: the newest tokens go to the sequence's
+ * length, with pages >= 0 for the new positions (older entries may be released, -1). Quantized formats
+ * quantize on write. KIVI: the newest tokens go to the sequence's
  * residual ring (residual_slot[i]); whenever it would hold R + g tokens the oldest g are quantized per
  * channel into their page. After the call, tokens [0, n_quant) of a KIVI sequence of length n are in pages
  * and [n_quant, n) in its ring, with n_quant = max(0, floor((n - R) / g) * g) (gokv_kivi_quantized_len).
- * Sequences of one call must not write the same (page, slot).
+ * Sequences of one call must not write into the same page (nor share a residual slot).
  */
 typedef struct gokv_write_desc {
     uint32_t struct_size;         /* sizeof(gokv_write_desc) */

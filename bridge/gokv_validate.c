@@ -153,6 +153,10 @@ static gokv_status validate_write_seqs(const char *op, gokv_pool *pool, const go
         if (len > INT32_MAX) FAIL(GOKV_EINVAL, "%s: sequence %d would exceed 2^31-1 tokens", op, s);
         if ((st = check_table(op, pool, s, ids, n_ids, len))) return st;
         if (n == 0) continue;
+        for (int64_t j = start / P; j <= (len - 1) / P; j++) /* the new tokens' pages must exist */
+            if (ids[j] < 0)
+                FAIL(GOKV_EINVAL, "%s: sequence %d appends positions [%lld, %lld) but page table entry %lld is released (-1)",
+                     op, s, (long long)start, (long long)len, (long long)j);
         int64_t first = start, last = len - 1; /* token range written into pages */
         if (L->kivi) {
             if ((st = check_slot(op, pool, d->residual_slot, s))) return st;

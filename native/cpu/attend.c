@@ -131,14 +131,25 @@ static void mask_block(const attend_ctx *c, int32_t seq, const scratch *sc, int3
     }
 }
 
+/* max of x[0..n): eight independent running maxima, so the compare chain does not serialize the loop
+ * (a single one costs a maxss latency per token and query, as much as the score kernel itself). */
+static float block_max(const float *x, int32_t n) {
+    float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int32_t t = 0;
+    for (; t + 8 <= n; t += 8)
+        for (int j = 0; j < 8; j++) m[j] = x[t + j] > m[j] ? x[t + j] : m[j];
+    for (; t < n; t++) m[0] = x[t] > m[0] ? x[t] : m[0];
+    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    return m[0];
+}
+
 /* Online softmax over one scored, masked block: rescales (m, l, o) and turns scores into weights p.
  * Returns 0 when no query sees any token of the block (nothing to accumulate). */
 static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int32_t n) {
     int any = 0;
     for (int32_t i = 0; i < nq; i++) {
         float *si = sc->s + (size_t)i * CPU_BLOCK;
-        float bm = -INFINITY;
-        for (int32_t t = 0; t < n; t++) bm = si[t] > bm ? si[t] : bm;
+        const float bm = block_max(si, n);
         if (bm == -INFINITY) {
             memset(si, 0, (size_t)n * sizeof *si);
             continue;
@@ -171,11 +182,18 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
     int32_t t = lo;
     while (t < hi) {
         int32_t base, n;
-        if (t >= n_quant) { /* KIVI residual ring: fp16 rows */
+        const int32_t id = ids[t / P], slot = t % P;
+        const int32_t page_end = t - slot + P;
+        if (id < 0) { /* released page: nothing visible, even tokens still in a KIVI ring */
+            t = page_end;
+            continue;
+        }
+        if (t >= n_quant) { /* KIVI residual ring: fp16 rows, never past the page (its release hides them) */
             const int32_t r = t % L->ring_rows;
             n = hi - t;
             n = n < L->ring_rows - r ? n : L->ring_rows - r;
             n = n < CPU_BLOCK ? n : CPU_BLOCK;
+            n = n < page_end - t ? n : page_end - t;
             base = t;
             cpu_rows rk = cpu_ring_rows(L, ring, h, 0, r, n);
             k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, nq, sc->s, CPU_BLOCK);
@@ -185,12 +203,6 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
                 k->accum_rows[CPU_ENC_F16](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
             }
             t += n;
-            continue;
-        }
-        const int32_t id = ids[t / P], slot = t % P;
-        const int32_t page_end = t - slot + P;
-        if (id < 0) { /* released page: nothing visible */
-            t = page_end;
             continue;
         }
         const uint8_t *page = cpu_page(c->pool, L, id);

@@ -29,7 +29,7 @@ static void expand_page(void *ctx_, int64_t i, int32_t worker) {
     const int32_t n = d->kv_len[s] - start < P ? d->kv_len[s] - start : P;
     if (n <= 0) return;
     const int32_t *ids = d->page_ids + d->page_indptr[s];
-    if (ids[j] < 0 && !(L->kivi && start + n > gokv_kivi_quantized_len(d->kv_len[s], L->group, L->residual))) return;
+    if (ids[j] < 0) return;
     float *k = c->rows + (size_t)worker * P * H * (L->d_k + L->d_v), *v = k + (size_t)P * H * L->d_k;
     cpu_read_sequence(c->src, L, ids, d->kv_len[s], L->kivi ? d->residual_slot[s] : -1, start, n, k, v);
     uint8_t *page = cpu_page_mut(c->dst, F, (int32_t)i);
@@ -65,10 +65,7 @@ gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, c
     for (int32_t s = 0; s < d->n_seqs; s++)
         for (int32_t j = d->page_indptr[s]; j < d->page_indptr[s + 1]; j++) {
             page_seq[j] = s;
-            /* a released page stays released, unless a KIVI ring still holds its tokens */
-            const int32_t start = (j - d->page_indptr[s]) * L->page_size;
-            const int ring = L->kivi && start + L->page_size > gokv_kivi_quantized_len(d->kv_len[s], L->group, L->residual);
-            ids[j] = d->page_ids[j] >= 0 || ring ? j : -1;
+            ids[j] = d->page_ids[j] >= 0 ? j : -1; /* a released page stays released */
         }
     expand_ctx ec = {pool, L, &F, &tmp, d, page_seq, rows};
     cpu_threadpool_run(dev->tp, n_pages, expand_page, &ec);

@@ -168,6 +168,12 @@ void cpu_read_sequence(const cpu_pool *p, const gokv_layout *L, const int32_t *i
         for (int32_t h = 0; h < H; h++) {
             float *ko = k_out + ((size_t)j * H + h) * L->d_k;
             float *vo = v_out ? v_out + ((size_t)j * H + h) * L->d_v : NULL;
+            const int32_t id = ids[pos / P];
+            if (id < 0) { /* released page (hides ring tokens too) */
+                memset(ko, 0, (size_t)L->d_k * sizeof *ko);
+                if (vo) memset(vo, 0, (size_t)L->d_v * sizeof *vo);
+                continue;
+            }
             if (pos >= n_quant) { /* KIVI ring */
                 cpu_rows rk = cpu_ring_rows(L, ring, h, 0, pos % L->ring_rows, 1);
                 kern->dequant_row(&rk, 0, L->d_k, ko);
@@ -175,12 +181,6 @@ void cpu_read_sequence(const cpu_pool *p, const gokv_layout *L, const int32_t *i
                     cpu_rows rv = cpu_ring_rows(L, ring, h, 1, pos % L->ring_rows, 1);
                     kern->dequant_row(&rv, 0, L->d_v, vo);
                 }
-                continue;
-            }
-            const int32_t id = ids[pos / P];
-            if (id < 0) { /* released page */
-                memset(ko, 0, (size_t)L->d_k * sizeof *ko);
-                if (vo) memset(vo, 0, (size_t)L->d_v * sizeof *vo);
                 continue;
             }
             const uint8_t *page = cpu_page(p, L, id);
