@@ -71,7 +71,50 @@ type AttendBatch struct {
 // used only during the call. Attend may be called from many goroutines on one device; calls whose Out
 // buffers differ do not interfere (the CPU backend serializes them on its thread pool).
 func Attend(dev *Device, b AttendBatch) error {
-	const op = "gokv_attend"
+	return AppendAttend(dev, nil, b)
+}
+
+// AppendAttend is one batch step of a layer in one cgo call: it appends w's tokens to a.Pool (w may be
+// nil or have no rows), then attends (gokv_append_attend; gokv_attend when w is nil). Both batches are
+// validated before anything is written, so a rejected step leaves the cache as it was.
+func AppendAttend(dev *Device, w *WriteBatch, a AttendBatch) error {
+	op := "gokv_append_attend"
+	if w == nil {
+		op = "gokv_attend"
+	}
+	if err := checkAttend(op, dev, &a); err != nil {
+		return err
+	}
+	if w != nil {
+		if err := a.Pool.checkWrite(op, w); err != nil {
+			return err
+		}
+	}
+	if err := dev.acquire(op); err != nil {
+		return err
+	}
+	defer dev.mu.RUnlock()
+	if err := a.Pool.acquire(op); err != nil {
+		return err
+	}
+	defer a.Pool.mu.RUnlock()
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	ad := a.cDesc(&pin)
+	var err error
+	if w == nil {
+		err = resultError(op, C.gokv_cgo_attend(dev.handle, &ad))
+	} else {
+		wd := w.cDesc(&pin)
+		err = resultError(op, C.gokv_cgo_append_attend(dev.handle, &wd, &ad))
+	}
+	runtime.KeepAlive(dev)
+	runtime.KeepAlive(a.Pool)
+	return err
+}
+
+// checkAttend proves every slice of b is as long as C will use, and that its pool lives on dev.
+func checkAttend(op string, dev *Device, b *AttendBatch) error {
 	if b.Pool == nil {
 		return newError(op, codeInvalid, "Pool is nil")
 	}
@@ -114,40 +157,31 @@ func Attend(dev *Device, b AttendBatch) error {
 	if b.HeadsQ > math.MaxInt32 {
 		return newError(op, codeInvalid, "HeadsQ is too large")
 	}
-	if err := dev.acquire(op); err != nil {
-		return err
-	}
-	defer dev.mu.RUnlock()
-	if err := b.Pool.acquire(op); err != nil {
-		return err
-	}
-	defer b.Pool.mu.RUnlock()
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	d := C.gokv_attend_desc{
+	return nil
+}
+
+// cDesc builds the C descriptor of a checked batch, pinning its slices in pin.
+func (b *AttendBatch) cDesc(pin *runtime.Pinner) C.gokv_attend_desc {
+	return C.gokv_attend_desc{
 		struct_size:   C.uint32_t(unsafe.Sizeof(C.gokv_attend_desc{})),
 		pool:          b.Pool.handle,
-		n_seqs:        C.int32_t(n),
-		q_indptr:      ptrOf[int32, C.int32_t](&pin, b.QIndptr),
-		page_indptr:   ptrOf[int32, C.int32_t](&pin, b.PageIndptr),
-		page_ids:      ptrOf[int32, C.int32_t](&pin, b.PageIDs),
-		kv_len:        ptrOf[int32, C.int32_t](&pin, b.KVLen),
-		q_pos:         ptrOf[int32, C.int32_t](&pin, b.QPos),
-		residual_slot: ptrOf[int32, C.int32_t](&pin, b.ResidualSlot),
-		valid_mask:    ptrOf[uint32, C.uint32_t](&pin, b.ValidMask),
-		valid_indptr:  ptrOf[int32, C.int32_t](&pin, b.ValidIndptr),
+		n_seqs:        C.int32_t(len(b.QIndptr) - 1),
+		q_indptr:      ptrOf[int32, C.int32_t](pin, b.QIndptr),
+		page_indptr:   ptrOf[int32, C.int32_t](pin, b.PageIndptr),
+		page_ids:      ptrOf[int32, C.int32_t](pin, b.PageIDs),
+		kv_len:        ptrOf[int32, C.int32_t](pin, b.KVLen),
+		q_pos:         ptrOf[int32, C.int32_t](pin, b.QPos),
+		residual_slot: ptrOf[int32, C.int32_t](pin, b.ResidualSlot),
+		valid_mask:    ptrOf[uint32, C.uint32_t](pin, b.ValidMask),
+		valid_indptr:  ptrOf[int32, C.int32_t](pin, b.ValidIndptr),
 		n_heads_q:     C.int32_t(b.HeadsQ),
-		q:             ptrOf[float32, C.float](&pin, b.Q),
-		out:           ptrOf[float32, C.float](&pin, b.Out),
+		q:             ptrOf[float32, C.float](pin, b.Q),
+		out:           ptrOf[float32, C.float](pin, b.Out),
 		scale:         C.float(b.Scale),
-		sink_logits:   ptrOf[float32, C.float](&pin, b.SinkLogits),
+		sink_logits:   ptrOf[float32, C.float](pin, b.SinkLogits),
 		n_sink_tokens: C.int32_t(clampInt32(b.SinkTokens)),
 		window:        C.int32_t(clampInt32(b.Window)),
 		chunk_size:    C.int32_t(clampInt32(b.ChunkSize)),
 		flags:         C.uint32_t(b.Flags),
 	}
-	err = resultError(op, C.gokv_cgo_attend(dev.handle, &d))
-	runtime.KeepAlive(dev)
-	runtime.KeepAlive(b.Pool)
-	return err
 }

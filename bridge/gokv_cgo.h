@@ -60,6 +60,10 @@ static inline gokv_cgo_result gokv_cgo_pool_copy(gokv_pool *pool, const gokv_cop
 static inline gokv_cgo_result gokv_cgo_attend(gokv_device *dev, const gokv_attend_desc *d) {
     return gokv_cgo_result_of(gokv_attend(dev, d));
 }
+static inline gokv_cgo_result gokv_cgo_append_attend(gokv_device *dev, const gokv_write_desc *w,
+                                                     const gokv_attend_desc *a) {
+    return gokv_cgo_result_of(gokv_append_attend(dev, w, a));
+}
 
 /* The log callback: C hands it const strings; the exported Go function (log_export.go) takes char *. */
 extern void gokvGoLog(void *user, int32_t level, char *backend, char *op, char *msg);

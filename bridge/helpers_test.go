@@ -38,6 +38,17 @@ func newCache(t testing.TB, dev *Device, desc PoolDesc, lens []int, rng *rand.Ra
 // newCacheWith is newCache with a hook that may change the generated rows before they are written.
 func newCacheWith(t testing.TB, dev *Device, desc PoolDesc, lens []int, rng *rand.Rand, fill func(c *cache)) *cache {
 	t.Helper()
+	c := makeCache(t, dev, desc, lens, rng)
+	if fill != nil {
+		fill(c)
+	}
+	c.writeAll(t)
+	return c
+}
+
+// makeCache creates the pool and the rows of every sequence, without writing anything.
+func makeCache(t testing.TB, dev *Device, desc PoolDesc, lens []int, rng *rand.Rand) *cache {
+	t.Helper()
 	P := desc.PageSize
 	if P == 0 {
 		P = DefaultPageSize
@@ -73,11 +84,14 @@ func newCacheWith(t testing.TB, dev *Device, desc PoolDesc, lens []int, rng *ran
 			c.v = append(c.v, randVec(rng, l*desc.KVHeads*desc.HeadDimV, 1))
 		}
 	}
+	return c
+}
 
-	if fill != nil {
-		fill(c)
-	}
-
+// writeAll writes every sequence: most tokens in one batched prefill call, the last (up to) 3 in batched
+// decode calls, so that KIVI residual rings flush into pages across calls.
+func (c *cache) writeAll(t testing.TB) {
+	t.Helper()
+	lens := c.lens
 	// Prefill all but the last (up to) 3 tokens of each sequence, then decode them one call per step.
 	written := make([]int, len(lens))
 	prefill := make([]int, len(lens))
@@ -95,14 +109,21 @@ func newCacheWith(t testing.TB, dev *Device, desc PoolDesc, lens []int, rng *ran
 	for i, l := range lens {
 		require.Equal(t, l, written[i])
 	}
-	return c
 }
 
 // write appends tokens [written[i], upto[i]) of every sequence that has some, in one call.
 func (c *cache) write(t testing.TB, written, upto []int) {
 	t.Helper()
+	if b, ok := c.writeBatch(written, upto); ok {
+		require.NoError(t, c.pool.Write(b))
+	}
+}
+
+// writeBatch builds the batch that appends tokens [written[i], upto[i]) and advances written; ok is false
+// when no sequence has tokens to write.
+func (c *cache) writeBatch(written, upto []int) (b WriteBatch, ok bool) {
 	kvh, dk, dv := c.desc.KVHeads, c.desc.HeadDimK, c.desc.HeadDimV
-	b := WriteBatch{TokIndptr: []int32{0}, PageIndptr: []int32{0}}
+	b = WriteBatch{TokIndptr: []int32{0}, PageIndptr: []int32{0}}
 	if !c.desc.VIsKPrefix {
 		b.V = []float32{}
 	}
@@ -124,10 +145,14 @@ func (c *cache) write(t testing.TB, written, upto []int) {
 		}
 		written[i] = upto[i]
 	}
-	if len(b.TokIndptr) == 1 {
-		return
-	}
-	require.NoError(t, c.pool.Write(b))
+	return b, len(b.TokIndptr) > 1
+}
+
+// view is the cache as it stands when sequence i holds lens[i] tokens.
+func (c *cache) view(lens []int) *cache {
+	v := *c
+	v.lens = append([]int(nil), lens...)
+	return &v
 }
 
 // read dequantizes every sequence in one call: what the attention kernels see.

@@ -129,6 +129,23 @@ type WriteBatch struct {
 // Write quantizes and stores a batch of tokens (gokv_pool_write). The slices are read only during the call.
 func (p *Pool) Write(b WriteBatch) error {
 	const op = "gokv_pool_write"
+	if err := p.checkWrite(op, &b); err != nil {
+		return err
+	}
+	if err := p.acquire(op); err != nil {
+		return err
+	}
+	defer p.mu.RUnlock()
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	d := b.cDesc(&pin)
+	err := resultError(op, C.gokv_cgo_pool_write(p.handle, &d))
+	runtime.KeepAlive(p)
+	return err
+}
+
+// checkWrite proves every slice of b is as long as C will use for this pool.
+func (p *Pool) checkWrite(op string, b *WriteBatch) error {
 	n, err := seqCount(op, "TokIndptr", b.TokIndptr)
 	if err != nil {
 		return err
@@ -144,30 +161,24 @@ func (p *Pool) Write(b WriteBatch) error {
 		return err
 	}
 	if b.V != nil || !p.desc.VIsKPrefix {
-		if err := wantShape(op, "V", len(b.V), rows, p.desc.KVHeads, p.desc.HeadDimV); err != nil {
-			return err
-		}
+		return wantShape(op, "V", len(b.V), rows, p.desc.KVHeads, p.desc.HeadDimV)
 	}
-	if err := p.acquire(op); err != nil {
-		return err
-	}
-	defer p.mu.RUnlock()
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	d := C.gokv_write_desc{
+	return nil
+}
+
+// cDesc builds the C descriptor of a checked batch, pinning its slices in pin.
+func (b *WriteBatch) cDesc(pin *runtime.Pinner) C.gokv_write_desc {
+	return C.gokv_write_desc{
 		struct_size:   C.uint32_t(unsafe.Sizeof(C.gokv_write_desc{})),
-		n_seqs:        C.int32_t(n),
-		tok_indptr:    ptrOf[int32, C.int32_t](&pin, b.TokIndptr),
-		page_indptr:   ptrOf[int32, C.int32_t](&pin, b.PageIndptr),
-		page_ids:      ptrOf[int32, C.int32_t](&pin, b.PageIDs),
-		start_pos:     ptrOf[int32, C.int32_t](&pin, b.StartPos),
-		residual_slot: ptrOf[int32, C.int32_t](&pin, b.ResidualSlot),
-		k:             ptrOf[float32, C.float](&pin, b.K),
-		v:             ptrOf[float32, C.float](&pin, b.V),
+		n_seqs:        C.int32_t(len(b.TokIndptr) - 1),
+		tok_indptr:    ptrOf[int32, C.int32_t](pin, b.TokIndptr),
+		page_indptr:   ptrOf[int32, C.int32_t](pin, b.PageIndptr),
+		page_ids:      ptrOf[int32, C.int32_t](pin, b.PageIDs),
+		start_pos:     ptrOf[int32, C.int32_t](pin, b.StartPos),
+		residual_slot: ptrOf[int32, C.int32_t](pin, b.ResidualSlot),
+		k:             ptrOf[float32, C.float](pin, b.K),
+		v:             ptrOf[float32, C.float](pin, b.V),
 	}
-	err = resultError(op, C.gokv_cgo_pool_write(p.handle, &d))
-	runtime.KeepAlive(p)
-	return err
 }
 
 // ReadBatch dequantizes stored tokens back to float32 (gokv_read_desc): for sequence i of length

@@ -168,6 +168,43 @@ static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int
     return any;
 }
 
+/* Software prefetch. A block's data are short runs (a few KB in each of up to six page sections: codes,
+ * scales, biases of K and V), too short for the hardware prefetchers to ramp up on, so without help a
+ * long context is bound by DRAM latency, not bandwidth. Each block asks for its values before its keys
+ * are scored and for the next block's keys before its values are accumulated. */
+static void prefetch_bytes(const void *p, size_t n) {
+    const char *b = p;
+    for (size_t off = 0; off < n; off += 64) __builtin_prefetch(b + off);
+}
+
+static void prefetch_rows(const cpu_rows *r) {
+    prefetch_bytes(r->codes, r->row_stride * (size_t)r->n);
+    if (r->scale) {
+        prefetch_bytes(r->scale, r->sb_stride * (size_t)r->n * 2u);
+        prefetch_bytes(r->bias, r->sb_stride * (size_t)r->n * 2u);
+    }
+}
+
+/* The keys of the block that starts at token t (pages only; the ring is small and recently written). */
+static void prefetch_keys(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t h, int32_t t,
+                          int32_t hi, int32_t n_quant) {
+    if (t >= hi || t >= n_quant) return;
+    const int32_t P = L->page_size, id = ids[t / P], slot = t % P;
+    if (id < 0) return;
+    const uint8_t *page = cpu_page(pool, L, id);
+    if (L->kivi) {
+        const cpu_chan ch = cpu_page_chan(L, page, h, slot / L->group);
+        prefetch_bytes(ch.codes, L->k_row_bytes);
+        prefetch_bytes(ch.scale, (size_t)L->d_k * 2u);
+        prefetch_bytes(ch.bias, (size_t)L->d_k * 2u);
+        return;
+    }
+    int32_t n = hi - t < P - slot ? hi - t : P - slot;
+    n = n < CPU_BLOCK ? n : CPU_BLOCK;
+    const cpu_rows rk = cpu_page_rows(L, page, h, 0, slot, n);
+    prefetch_rows(&rk);
+}
+
 /* Scores, masks, and accumulates the tokens [lo, hi) of one sequence for one item. */
 static void attend_range(const attend_ctx *c, const work_item *it, const scratch *sc, int32_t nq, int32_t lo, int32_t hi) {
     const gokv_attend_desc *d = c->d;
@@ -211,16 +248,17 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
             base = t - slot % L->group;
             n = L->group;
             cpu_chan ch = cpu_page_chan(L, page, h, j);
+            const cpu_rows rv = cpu_page_rows(L, page, h, 1, j * L->group, n);
+            if (!L->v_is_k_prefix) prefetch_rows(&rv);
             k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s, CPU_BLOCK);
             const int32_t block_hi = base + n < n_quant ? base + n : n_quant; /* ring tokens are read from the ring */
             mask_block(c, seq, sc, nq, base, n, t, block_hi < hi ? block_hi : hi);
+            prefetch_keys(L, c->pool, ids, h, block_hi < hi ? block_hi : hi, hi, n_quant);
             if (softmax_block(c, sc, nq, n)) {
-                if (L->v_is_k_prefix) {
+                if (L->v_is_k_prefix)
                     k->accum_chan(&ch, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
-                } else {
-                    cpu_rows rv = cpu_page_rows(L, page, h, 1, j * L->group, n);
+                else
                     k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
-                }
             }
             t = block_hi < hi ? block_hi : hi;
             continue;
@@ -230,12 +268,13 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
         n = n < page_end - t ? n : page_end - t;
         n = n < CPU_BLOCK ? n : CPU_BLOCK;
         cpu_rows rk = cpu_page_rows(L, page, h, 0, slot, n);
+        const cpu_rows rv = cpu_page_rows(L, page, h, 1, slot, n);
+        if (t == lo) prefetch_rows(&rk); /* later blocks were asked for by their predecessor */
+        prefetch_rows(&rv);
         k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, nq, sc->s, CPU_BLOCK);
         mask_block(c, seq, sc, nq, base, n, lo, hi);
-        if (softmax_block(c, sc, nq, n)) {
-            cpu_rows rv = cpu_page_rows(L, page, h, 1, slot, n);
-            k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
-        }
+        prefetch_keys(L, c->pool, ids, h, t + n, hi, n_quant);
+        if (softmax_block(c, sc, nq, n)) k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
         t += n;
     }
 }

@@ -33,6 +33,15 @@ int32_t gokv_cpu_simd_level(void);
 int32_t gokv_cpu_set_simd_limit(int32_t level);
 const char *gokv_cpu_simd_name(int32_t level);
 
+/* The two ceilings of DESIGN.md §9 on this machine (roofline.c), with the best SIMD path the CPU has.
+ * Each takes a fraction of a second and spawns its own n_threads (0 = all online CPUs); 0.0 on failure.
+ * gokv_cpu_measure_read_gbps: streaming read bandwidth in GB/s (1e9 bytes/s), best of 5 passes over a
+ * buffer of `bytes` (0 = 1 GiB; it should be many times the last-level cache).
+ * gokv_cpu_measure_peak_gflops: float32 FMA peak in GFLOP/s (an FMA counts 2), best of 5 runs of
+ * independent register-resident FMA chains on every thread. */
+double gokv_cpu_measure_read_gbps(int32_t n_threads, uint64_t bytes);
+double gokv_cpu_measure_peak_gflops(int32_t n_threads);
+
 #ifdef __cplusplus
 }
 #endif

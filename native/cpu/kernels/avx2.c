@@ -1,5 +1,519 @@
-/* avx2.c: placeholder being replaced by the SIMD kernels (work in progress this session). */
+/*
+ * avx2.c: the kernels of kernels.h in AVX2 + FMA + F16C, chosen at run time (cpu_backend.c); compiled
+ * without -march, each function carries its target attribute. Same scheme as avx512.c, half as wide:
+ *
+ * rows are consumed in slabs of 16 elements (two ymm), decoded in the encoding's cheapest lane order
+ * (4-bit: even elements then odd ones; 2-bit: elements 4j, 4j+1, 4j+2, 4j+3), with the query permuted the
+ * same way once per call and value accumulators permuted back once per block. Quantized slabs are
+ * dequantized in registers as code·s + b (exactly scalar.c's dequant_row: code·s is exact in float), so
+ * the score is one FMA per element per query and needs no Σq bias term. Score accumulators of 8 tokens
+ * are reduced together (hadd tree); value accumulators stay in registers across the block, slab by slab.
+ * Plain rows whose length is not a multiple of 16 decode their last slab from a zero-padded copy.
+ * Queries are taken in chunks of 4, 3, 2, 1 (16 ymm registers).
+ */
 #include "kernels.h"
+
 #if defined(__x86_64__)
-void cpu_kernels_fill_avx2(cpu_kernels *k) { (void)k; }
+#include <immintrin.h>
+#include <string.h>
+
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_FN
+
+enum { AVX2_SLAB = 16, AVX2_MAX_D = 1024, AVX2_MAX_NG = 32, AVX2_MAX_NQ = 4 };
+
+/* Slab lane order: position j holds element perm[j]. */
+static const int32_t avx2_perm_q4[16] = {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15};
+static const int32_t avx2_perm_q2[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+static const int32_t avx2_iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static const uint32_t avx2_q2_shift_a[8] = {0, 8, 16, 24, 2, 10, 18, 26};
+static const uint32_t avx2_q2_shift_b[8] = {4, 12, 20, 28, 6, 14, 22, 30};
+
+static inline const int32_t *avx2_perm(int32_t enc) {
+    return enc == CPU_ENC_Q4 ? avx2_perm_q4 : enc == CPU_ENC_Q2 ? avx2_perm_q2 : avx2_iota;
+}
+
+static const int32_t avx2_elem_bits[CPU_ENC_COUNT] = {32, 16, 8, 4, 2};
+
+AVX2_INLINE void avx2_halves(const uint16_t *h, int32_t n, float *out) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) out[i] = _cvtsh_ss(h[i]);
+}
+
+/* Scale and bias of the n rows of r as floats, token-major: sf[t * ng + j]. */
+AVX2_INLINE void avx2_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) {
+    if (r->sb_stride == (size_t)ng) {
+        avx2_halves(r->scale, r->n * ng, sf);
+        avx2_halves(r->bias, r->n * ng, bf);
+        return;
+    }
+    for (int32_t t = 0; t < r->n; t++) {
+        avx2_halves(r->scale + (size_t)t * r->sb_stride, ng, sf + (size_t)t * ng);
+        avx2_halves(r->bias + (size_t)t * r->sb_stride, ng, bf + (size_t)t * ng);
+    }
+}
+
+/* Slab k (16 elements) of a row into a (positions 0..7) and b (8..15), dequantized with *sp, *bp. */
+AVX2_INLINE void avx2_slab(const uint8_t *row, int32_t k, const int enc, int32_t d, const float *sp, const float *bp,
+                           __m256 *a, __m256 *b) {
+    uint8_t tail[64] __attribute__((aligned(32)));
+    if (enc <= CPU_ENC_F16 && k * 16 + 16 > d) { /* the partial last slab of a plain row: zero-padded copy */
+        const size_t eb = (size_t)avx2_elem_bits[enc] / 8;
+        memset(tail, 0, sizeof tail);
+        memcpy(tail, row + (size_t)k * 16 * eb, (size_t)(d - k * 16) * eb);
+        row = tail;
+        k = 0;
+    }
+    switch (enc) {
+    case CPU_ENC_F32: {
+        const float *f = (const float *)row + (size_t)k * 16;
+        *a = _mm256_loadu_ps(f), *b = _mm256_loadu_ps(f + 8);
+        return;
+    }
+    case CPU_ENC_F16: {
+        const uint16_t *h = (const uint16_t *)row + (size_t)k * 16;
+        *a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+        *b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 8)));
+        return;
+    }
+    case CPU_ENC_Q8: {
+        const __m256 s = _mm256_broadcast_ss(sp), bias = _mm256_broadcast_ss(bp);
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + (size_t)k * 16)));
+        const __m256i y = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + (size_t)k * 16 + 8)));
+        *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), s, bias);
+        *b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(y), s, bias);
+        return;
+    }
+    case CPU_ENC_Q4: {
+        const __m256 s = _mm256_broadcast_ss(sp), bias = _mm256_broadcast_ss(bp);
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + (size_t)k * 8)));
+        *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(15))), s, bias);
+        *b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4)), s, bias);
+        return;
+    }
+    default: { /* Q2: 4 bytes, each used four times */
+        const __m256 s = _mm256_broadcast_ss(sp), bias = _mm256_broadcast_ss(bp);
+        uint32_t w;
+        memcpy(&w, row + (size_t)k * 4, 4);
+        const __m256i z = _mm256_set1_epi32((int)w), m3 = _mm256_set1_epi32(3);
+        const __m256i sa = _mm256_loadu_si256((const __m256i *)avx2_q2_shift_a);
+        const __m256i sb = _mm256_loadu_si256((const __m256i *)avx2_q2_shift_b);
+        *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(z, sa), m3)), s, bias);
+        *b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(z, sb), m3)), s, bias);
+        return;
+    }
+    }
+}
+
+/* r[t] = Σ_lanes v[t] for 8 vectors. */
+AVX2_INLINE __m256 avx2_hsum8(const __m256 *v) {
+    const __m256 h01 = _mm256_hadd_ps(v[0], v[1]), h23 = _mm256_hadd_ps(v[2], v[3]);
+    const __m256 h45 = _mm256_hadd_ps(v[4], v[5]), h67 = _mm256_hadd_ps(v[6], v[7]);
+    const __m256 a = _mm256_hadd_ps(h01, h23), b = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+/* Copies nq query rows into qp[i * dpad ..] in the encoding's slab order, zero-padded to dpad. */
+static inline void avx2_permute_queries(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t dpad, int32_t enc,
+                                        float *qp) {
+    const int32_t *perm = avx2_perm(enc);
+    for (int32_t i = 0; i < nq; i++)
+        for (int32_t c = 0; c < dpad; c++) {
+            const int32_t e = (c & ~15) + perm[c & 15];
+            qp[(size_t)i * dpad + c] = e < d ? q[(size_t)i * ldq + e] : 0.0f;
+        }
+}
+
+static inline void avx2_store_partial(float *dst, const float *src, int32_t n) {
+    for (int32_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+/* ---- score_rows ---- */
+
+AVX2_INLINE void avx2_score_core(const cpu_rows *r, int32_t d, const float *qp, int32_t dpad, const int NQ, const int enc,
+                                 const float *sf, const float *bf, int32_t ng, float *s, size_t lds) {
+    const int32_t nslab = (d + 15) / 16, gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 16u) : 0;
+    __m256 buf[AVX2_MAX_NQ][8];
+    for (int32_t t0 = 0; t0 < r->n; t0 += 8) {
+        const int32_t tn = r->n - t0 < 8 ? r->n - t0 : 8;
+        for (int32_t tt = 0; tt < tn; tt++) {
+            const int32_t t = t0 + tt;
+            const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+            __m256 acc_a[AVX2_MAX_NQ], acc_b[AVX2_MAX_NQ];
+#pragma GCC unroll 4
+            for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
+            for (int32_t k = 0; k < nslab; k++) {
+                __m256 a, b;
+                const int32_t j = k >> gshift;
+                avx2_slab(row, k, enc, d, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j, &a, &b);
+                const float *qk = qp + (size_t)k * 16;
+#pragma GCC unroll 4
+                for (int i = 0; i < NQ; i++) {
+                    acc_a[i] = _mm256_fmadd_ps(a, _mm256_loadu_ps(qk + (size_t)i * dpad), acc_a[i]);
+                    acc_b[i] = _mm256_fmadd_ps(b, _mm256_loadu_ps(qk + (size_t)i * dpad + 8), acc_b[i]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < NQ; i++) buf[i][tt] = _mm256_add_ps(acc_a[i], acc_b[i]);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < NQ; i++) {
+            for (int32_t z = tn; z < 8; z++) buf[i][z] = _mm256_setzero_ps();
+            const __m256 sum = avx2_hsum8(buf[i]);
+            if (tn == 8) {
+                _mm256_storeu_ps(s + (size_t)i * lds + t0, sum);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, sum);
+                avx2_store_partial(s + (size_t)i * lds + t0, tmp, tn);
+            }
+        }
+    }
+}
+
+AVX2_INLINE void avx2_score_rows_impl(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
+                                      size_t lds, const int enc) {
+    const int32_t dpad = (d + 15) & ~15, ng = enc >= CPU_ENC_Q8 ? d / r->group : 0;
+    float qp[AVX2_MAX_NQ * AVX2_MAX_D] __attribute__((aligned(32)));
+    float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    float bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    if (enc >= CPU_ENC_Q8) avx2_row_sb(r, ng, sf, bf);
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
+        avx2_permute_queries(q + (size_t)i0 * ldq, ldq, nc, d, dpad, enc, qp);
+        float *si = s + (size_t)i0 * lds;
+        switch (nc) {
+        case 4: avx2_score_core(r, d, qp, dpad, 4, enc, sf, bf, ng, si, lds); break;
+        case 3: avx2_score_core(r, d, qp, dpad, 3, enc, sf, bf, ng, si, lds); break;
+        case 2: avx2_score_core(r, d, qp, dpad, 2, enc, sf, bf, ng, si, lds); break;
+        default: avx2_score_core(r, d, qp, dpad, 1, enc, sf, bf, ng, si, lds); break;
+        }
+        i0 += nc;
+    }
+}
+
+/* ---- accum_rows ---- */
+
+/* Adds the permuted accumulators (a, b) of slab k to o[k*16 ..], restoring element order. */
+AVX2_INLINE void avx2_add_slab(float *o, int32_t k, int32_t dv, __m256 a, __m256 b, const int enc) {
+    float *ok = o + (size_t)k * 16;
+    if ((enc == CPU_ENC_Q4 || enc == CPU_ENC_Q2) || k * 16 + 16 > dv) {
+        float tmp[16];
+        const int32_t *perm = avx2_perm(enc);
+        const int32_t n = dv - k * 16 < 16 ? dv - k * 16 : 16;
+        _mm256_storeu_ps(tmp, a);
+        _mm256_storeu_ps(tmp + 8, b);
+        for (int32_t j = 0; j < 16; j++)
+            if (perm[j] < n) ok[perm[j]] += tmp[j];
+        return;
+    }
+    _mm256_storeu_ps(ok, _mm256_add_ps(_mm256_loadu_ps(ok), a));
+    _mm256_storeu_ps(ok + 8, _mm256_add_ps(_mm256_loadu_ps(ok + 8), b));
+}
+
+AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, const int NQ, const int enc,
+                                 const float *sf, const float *bf, int32_t ng, float *o, size_t ldo) {
+    const int32_t nslab = (dv + 15) / 16, n = r->n;
+    const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 16u) : 0;
+    for (int32_t k = 0; k < nslab; k++) {
+        const int32_t j = k >> gshift;
+        __m256 acc_a[AVX2_MAX_NQ], acc_b[AVX2_MAX_NQ];
+#pragma GCC unroll 4
+        for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
+        for (int32_t t = 0; t < n; t++) {
+            __m256 a, b;
+            avx2_slab(r->codes + (size_t)t * r->row_stride, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j,
+                      &a, &b);
+#pragma GCC unroll 4
+            for (int i = 0; i < NQ; i++) {
+                const __m256 w = _mm256_broadcast_ss(p + (size_t)i * ldp + t);
+                acc_a[i] = _mm256_fmadd_ps(a, w, acc_a[i]);
+                acc_b[i] = _mm256_fmadd_ps(b, w, acc_b[i]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < NQ; i++) avx2_add_slab(o + (size_t)i * ldo, k, dv, acc_a[i], acc_b[i], enc);
+    }
+}
+
+AVX2_INLINE void avx2_accum_rows_impl(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
+                                      size_t ldo, const int enc) {
+    const int32_t ng = enc >= CPU_ENC_Q8 ? dv / r->group : 0;
+    float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    float bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    if (enc >= CPU_ENC_Q8) avx2_row_sb(r, ng, sf, bf);
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
+        const float *pi = p + (size_t)i0 * ldp;
+        float *oi = o + (size_t)i0 * ldo;
+        switch (nc) {
+        case 4: avx2_accum_core(r, dv, pi, ldp, 4, enc, sf, bf, ng, oi, ldo); break;
+        case 3: avx2_accum_core(r, dv, pi, ldp, 3, enc, sf, bf, ng, oi, ldo); break;
+        case 2: avx2_accum_core(r, dv, pi, ldp, 2, enc, sf, bf, ng, oi, ldo); break;
+        default: avx2_accum_core(r, dv, pi, ldp, 1, enc, sf, bf, ng, oi, ldo); break;
+        }
+        i0 += nc;
+    }
+}
+
+#define AVX2_ROW_KERNELS(name, enc)                                                                                   \
+    AVX2_FN static void avx2_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq,             \
+                                               const float *qsum, int32_t nq, float *s, size_t lds) {                \
+        (void)qsum; /* the bias is folded into the dequantized slab */                                            \
+        avx2_score_rows_impl(r, d, q, ldq, nq, s, lds, enc);                                                         \
+    }                                                                                                                \
+    AVX2_FN static void avx2_accum_rows_##name(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, \
+                                               float *o, size_t ldo) {                                               \
+        avx2_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, enc);                                                        \
+    }
+AVX2_ROW_KERNELS(f32, CPU_ENC_F32)
+AVX2_ROW_KERNELS(f16, CPU_ENC_F16)
+AVX2_ROW_KERNELS(q8, CPU_ENC_Q8)
+AVX2_ROW_KERNELS(q4, CPU_ENC_Q4)
+AVX2_ROW_KERNELS(q2, CPU_ENC_Q2)
+
+/* ---- KIVI keys (per channel): tokens in lanes, 16 tokens per piece ---- */
+
+/* Raw codes of 16 tokens of one channel, in the 2-/4-bit slab lane order. */
+AVX2_INLINE void avx2_chan_codes(const uint8_t *c, const int bits, __m256 *a, __m256 *b) {
+    if (bits == 4) {
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
+        *a = _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(15)));
+        *b = _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4));
+    } else {
+        uint32_t w;
+        memcpy(&w, c, 4);
+        const __m256i z = _mm256_set1_epi32((int)w), m3 = _mm256_set1_epi32(3);
+        *a = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(z, _mm256_loadu_si256((const __m256i *)avx2_q2_shift_a)), m3));
+        *b = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(z, _mm256_loadu_si256((const __m256i *)avx2_q2_shift_b)), m3));
+    }
+}
+
+AVX2_INLINE float avx2_reduce(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+AVX2_INLINE void avx2_score_chan_core(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, const int NQ,
+                                      const int bits, float *s, size_t lds) {
+    const size_t cbytes = (size_t)ch->g * bits / 8;
+    float qs[AVX2_MAX_NQ * AVX2_MAX_D] __attribute__((aligned(32)));
+    float sv[AVX2_MAX_D], bv[AVX2_MAX_D], qb[AVX2_MAX_NQ];
+    avx2_halves(ch->scale, d, sv);
+    avx2_halves(ch->bias, d, bv);
+    for (int i = 0; i < NQ; i++) { /* q'_c = q_c s_c, and Σ_c q_c b_c */
+        __m256 dot = _mm256_setzero_ps();
+        int32_t c = 0;
+        for (; c + 8 <= d; c += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + (size_t)i * ldq + c);
+            _mm256_storeu_ps(qs + (size_t)i * d + c, _mm256_mul_ps(qv, _mm256_loadu_ps(sv + c)));
+            dot = _mm256_fmadd_ps(qv, _mm256_loadu_ps(bv + c), dot);
+        }
+        float tail = 0.0f;
+        for (; c < d; c++) {
+            qs[(size_t)i * d + c] = q[(size_t)i * ldq + c] * sv[c];
+            tail += q[(size_t)i * ldq + c] * bv[c];
+        }
+        qb[i] = avx2_reduce(dot) + tail;
+    }
+    const int32_t *perm = bits == 4 ? avx2_perm_q4 : avx2_perm_q2;
+    for (int32_t p0 = 0; p0 < ch->g; p0 += 16) {
+        __m256 acc_a[AVX2_MAX_NQ], acc_b[AVX2_MAX_NQ];
+#pragma GCC unroll 4
+        for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
+        const uint8_t *codes = ch->codes + (size_t)p0 * bits / 8;
+        for (int32_t c = 0; c < d; c++) {
+            __m256 a, b;
+            avx2_chan_codes(codes + (size_t)c * cbytes, bits, &a, &b);
+#pragma GCC unroll 4
+            for (int i = 0; i < NQ; i++) {
+                const __m256 w = _mm256_broadcast_ss(qs + (size_t)i * d + c);
+                acc_a[i] = _mm256_fmadd_ps(a, w, acc_a[i]);
+                acc_b[i] = _mm256_fmadd_ps(b, w, acc_b[i]);
+            }
+        }
+        for (int i = 0; i < NQ; i++) {
+            float tmp[16];
+            _mm256_storeu_ps(tmp, acc_a[i]);
+            _mm256_storeu_ps(tmp + 8, acc_b[i]);
+            float *si = s + (size_t)i * lds + p0;
+            for (int32_t j = 0; j < 16; j++) si[perm[j]] = tmp[j] + qb[i];
+        }
+    }
+}
+
+AVX2_INLINE void avx2_accum_chan_core(const cpu_chan *ch, int32_t dv, const float *p, size_t ldp, const int NQ,
+                                      const int bits, float *o, size_t ldo) {
+    const size_t cbytes = (size_t)ch->g * bits / 8;
+    const int32_t npieces = ch->g / 16;
+    const int32_t *perm = bits == 4 ? avx2_perm_q4 : avx2_perm_q2;
+    float pp[AVX2_MAX_NQ][CPU_BLOCK] __attribute__((aligned(32)));
+    float psum[AVX2_MAX_NQ];
+    for (int i = 0; i < NQ; i++) {
+        float sum = 0.0f;
+        for (int32_t t = 0; t < ch->g; t++) {
+            pp[i][(t & ~15) + (t & 15)] = p[(size_t)i * ldp + (t & ~15) + perm[t & 15]];
+            sum += p[(size_t)i * ldp + t];
+        }
+        psum[i] = sum;
+    }
+    __m256 buf[AVX2_MAX_NQ][8];
+    for (int32_t c0 = 0; c0 < dv; c0 += 8) {
+        const int32_t cn = dv - c0 < 8 ? dv - c0 : 8;
+        for (int32_t cc = 0; cc < 8; cc++) {
+            __m256 acc[AVX2_MAX_NQ];
+#pragma GCC unroll 4
+            for (int i = 0; i < NQ; i++) acc[i] = _mm256_setzero_ps();
+            if (cc < cn)
+                for (int32_t pi = 0; pi < npieces; pi++) {
+                    __m256 a, b;
+                    avx2_chan_codes(ch->codes + (size_t)(c0 + cc) * cbytes + (size_t)pi * 16 * bits / 8, bits, &a, &b);
+#pragma GCC unroll 4
+                    for (int i = 0; i < NQ; i++) {
+                        acc[i] = _mm256_fmadd_ps(a, _mm256_loadu_ps(pp[i] + pi * 16), acc[i]);
+                        acc[i] = _mm256_fmadd_ps(b, _mm256_loadu_ps(pp[i] + pi * 16 + 8), acc[i]);
+                    }
+                }
+#pragma GCC unroll 4
+            for (int i = 0; i < NQ; i++) buf[i][cc] = acc[i];
+        }
+        float sv[8], bv[8];
+        avx2_halves(ch->scale + c0, cn, sv);
+        avx2_halves(ch->bias + c0, cn, bv);
+        for (int i = 0; i < NQ; i++) {
+            float sums[8];
+            _mm256_storeu_ps(sums, avx2_hsum8(buf[i]));
+            float *oc = o + (size_t)i * ldo + c0;
+            for (int32_t cc = 0; cc < cn; cc++) oc[cc] += sv[cc] * sums[cc] + bv[cc] * psum[i];
+        }
+    }
+}
+
+AVX2_FN static void avx2_score_chan(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
+                                    size_t lds) {
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
+        const float *qi = q + (size_t)i0 * ldq;
+        float *si = s + (size_t)i0 * lds;
+#define AVX2_SCORE_CHAN(N)                                                                                            \
+    (ch->bits == 4 ? avx2_score_chan_core(ch, d, qi, ldq, N, 4, si, lds) : avx2_score_chan_core(ch, d, qi, ldq, N, 2, si, lds))
+        switch (nc) {
+        case 4: AVX2_SCORE_CHAN(4); break;
+        case 3: AVX2_SCORE_CHAN(3); break;
+        case 2: AVX2_SCORE_CHAN(2); break;
+        default: AVX2_SCORE_CHAN(1); break;
+        }
+#undef AVX2_SCORE_CHAN
+        i0 += nc;
+    }
+}
+
+AVX2_FN static void avx2_accum_chan(const cpu_chan *ch, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
+                                    size_t ldo) {
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
+        const float *pi = p + (size_t)i0 * ldp;
+        float *oi = o + (size_t)i0 * ldo;
+#define AVX2_ACCUM_CHAN(N)                                                                                            \
+    (ch->bits == 4 ? avx2_accum_chan_core(ch, dv, pi, ldp, N, 4, oi, ldo) : avx2_accum_chan_core(ch, dv, pi, ldp, N, 2, oi, ldo))
+        switch (nc) {
+        case 4: AVX2_ACCUM_CHAN(4); break;
+        case 3: AVX2_ACCUM_CHAN(3); break;
+        case 2: AVX2_ACCUM_CHAN(2); break;
+        default: AVX2_ACCUM_CHAN(1); break;
+        }
+#undef AVX2_ACCUM_CHAN
+        i0 += nc;
+    }
+}
+
+/* ---- exp_sum: e^x = 2^n e^r, n = round(x log2 e), |r| <= ln2/2, Cephes polynomial (~1e-7 relative).
+ * Below x = -87.3 (where 2^n leaves the normal range) the result is 0, as it is for -inf. ---- */
+
+AVX2_INLINE __m256 avx2_exp(__m256 x) {
+    const __m256 valid = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), valid);
+}
+
+AVX2_FN static float avx2_exp_sum(float *x, int32_t n, float m) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    int32_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        const __m256 e = avx2_exp(_mm256_sub_ps(_mm256_loadu_ps(x + t), mv));
+        _mm256_storeu_ps(x + t, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (t < n) {
+        float tmp[8];
+        for (int32_t j = 0; j < 8; j++) tmp[j] = t + j < n ? x[t + j] : -__builtin_inff();
+        const __m256 e = avx2_exp(_mm256_sub_ps(_mm256_loadu_ps(tmp), mv));
+        _mm256_storeu_ps(tmp, e);
+        for (int32_t j = 0; t + j < n; j++) x[t + j] = tmp[j];
+        sum = _mm256_add_ps(sum, e);
+    }
+    return avx2_reduce(sum);
+}
+
+/* ---- dequant_row ---- */
+
+AVX2_FN static void avx2_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
+    const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+    float sf[AVX2_MAX_NG], bf[AVX2_MAX_NG];
+    const int quant = r->enc >= CPU_ENC_Q8;
+    if (quant) {
+        avx2_halves(r->scale + (size_t)t * r->sb_stride, d / r->group, sf);
+        avx2_halves(r->bias + (size_t)t * r->sb_stride, d / r->group, bf);
+    }
+    const int32_t *perm = avx2_perm(r->enc);
+    for (int32_t k = 0; k * 16 < d; k++) {
+        __m256 a, b;
+        const int32_t j = quant ? k * 16 / r->group : 0;
+        switch (r->enc) {
+        case CPU_ENC_F32: avx2_slab(row, k, CPU_ENC_F32, d, sf + j, bf + j, &a, &b); break;
+        case CPU_ENC_F16: avx2_slab(row, k, CPU_ENC_F16, d, sf + j, bf + j, &a, &b); break;
+        case CPU_ENC_Q8: avx2_slab(row, k, CPU_ENC_Q8, d, sf + j, bf + j, &a, &b); break;
+        case CPU_ENC_Q4: avx2_slab(row, k, CPU_ENC_Q4, d, sf + j, bf + j, &a, &b); break;
+        default: avx2_slab(row, k, CPU_ENC_Q2, d, sf + j, bf + j, &a, &b); break;
+        }
+        float tmp[16];
+        _mm256_storeu_ps(tmp, a);
+        _mm256_storeu_ps(tmp + 8, b);
+        for (int32_t x = 0; x < 16; x++)
+            if (k * 16 + perm[x] < d) out[k * 16 + perm[x]] = tmp[x];
+    }
+}
+
+void cpu_kernels_fill_avx2(cpu_kernels *k) {
+    k->score_rows[CPU_ENC_F32] = avx2_score_rows_f32;
+    k->score_rows[CPU_ENC_F16] = avx2_score_rows_f16;
+    k->score_rows[CPU_ENC_Q8] = avx2_score_rows_q8;
+    k->score_rows[CPU_ENC_Q4] = avx2_score_rows_q4;
+    k->score_rows[CPU_ENC_Q2] = avx2_score_rows_q2;
+    k->accum_rows[CPU_ENC_F32] = avx2_accum_rows_f32;
+    k->accum_rows[CPU_ENC_F16] = avx2_accum_rows_f16;
+    k->accum_rows[CPU_ENC_Q8] = avx2_accum_rows_q8;
+    k->accum_rows[CPU_ENC_Q4] = avx2_accum_rows_q4;
+    k->accum_rows[CPU_ENC_Q2] = avx2_accum_rows_q2;
+    k->score_chan = avx2_score_chan;
+    k->accum_chan = avx2_accum_chan;
+    k->exp_sum = avx2_exp_sum;
+    k->dequant_row = avx2_dequant_row;
+}
 #endif

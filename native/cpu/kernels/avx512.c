@@ -1,5 +1,579 @@
-/* avx512.c: placeholder being replaced by the SIMD kernels (work in progress this session). */
+/*
+ * avx512.c: the kernels of kernels.h in AVX-512 (F/BW/VL/DQ + FMA + F16C), chosen at run time
+ * (cpu_backend.c); no file is compiled with -march, each function carries its target attribute.
+ *
+ * Rows are consumed in slabs of 32 elements (two zmm). A slab's codes are decoded to floats in whatever
+ * lane order is cheapest for the encoding (4-bit: even elements, then odd ones; 2-bit: elements 4j, then
+ * 4j+1, 4j+2, 4j+3) and the query is permuted the same way once per call, so codes are never shuffled per
+ * token; accumulators of values are permuted back once per block. Quantized slabs are dequantized in
+ * registers as x̂ = code·s + b, the value scalar.c's dequant_row gives bit for bit (code·s is exact in
+ * float), so q·k̂ = Σ q_c x̂_c needs no Σq bias term: one FMA per element per query, the floor of §9.
+ * 4- and 2-bit codes are dequantized through a 16-entry table per group (vpermps looks at the low 4 index
+ * bits only, so the nibble needs no mask), 8-bit ones through an int->float conversion.
+ *
+ * Scores: per token, one accumulator per query over the slabs; 16 tokens' accumulators are summed
+ * horizontally together by a transpose tree (15 adds for 16 tokens, not 16 full reductions).
+ * Values: slab-outer, token-inner, so the decoded slab of a token is shared by all the queries and the
+ * accumulators (2 per query) stay in registers across the block.
+ * Queries are taken in chunks of 8, 4, 3, 2, 1 (each a compile-time specialization).
+ */
 #include "kernels.h"
+
 #if defined(__x86_64__)
-void cpu_kernels_fill_avx512(cpu_kernels *k) { (void)k; }
+#include <immintrin.h>
+#include <string.h>
+
+#define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_FN
+
+enum { AVX512_SLAB = 32, AVX512_MAX_D = 1024, AVX512_MAX_NG = 32, AVX512_MAX_NQ = 8 };
+
+/* Slab lane order: position j holds element perm[j]; inv[c] is the position of element c. */
+static const int32_t avx512_perm_q4[32] = {0, 2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                                           1, 3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+static const int32_t avx512_inv_q4[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+static const int32_t avx512_perm_q2[32] = {0, 4, 8,  12, 16, 20, 24, 28, 1, 5, 9,  13, 17, 21, 25, 29,
+                                           2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
+static const int32_t avx512_inv_q2[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+                                          4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
+static const int32_t avx512_iota[32] = {0, 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                        16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+/* 2-bit table: entry e decodes the code in its low two bits (the next code sits in bits 2-3). */
+static const float avx512_lut2_codes[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+static const float avx512_lut4_codes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static const uint32_t avx512_q2_shift_a[16] = {0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2};
+static const uint32_t avx512_q2_shift_b[16] = {4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6};
+
+static inline const int32_t *avx512_perm(int32_t enc) {
+    return enc == CPU_ENC_Q4 ? avx512_perm_q4 : enc == CPU_ENC_Q2 ? avx512_perm_q2 : avx512_iota;
+}
+static inline const int32_t *avx512_inv(int32_t enc) {
+    return enc == CPU_ENC_Q4 ? avx512_inv_q4 : enc == CPU_ENC_Q2 ? avx512_inv_q2 : avx512_iota;
+}
+
+static inline __mmask16 avx512_mask(int32_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
+
+/* fp16 -> float for n values (the scales and biases of a block are contiguous when sb_stride == groups). */
+AVX512_INLINE void avx512_halves(const uint16_t *h, int32_t n, float *out) {
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+    if (i < n) {
+        const __mmask16 m = avx512_mask(n - i);
+        _mm512_mask_storeu_ps(out + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
+    }
+}
+
+/* Scale and bias of the n rows of r as floats, token-major: sf[t * ng + j]. */
+AVX512_INLINE void avx512_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) {
+    if (r->sb_stride == (size_t)ng) {
+        avx512_halves(r->scale, r->n * ng, sf);
+        avx512_halves(r->bias, r->n * ng, bf);
+        return;
+    }
+    for (int32_t t = 0; t < r->n; t++) {
+        avx512_halves(r->scale + (size_t)t * r->sb_stride, ng, sf + (size_t)t * ng);
+        avx512_halves(r->bias + (size_t)t * r->sb_stride, ng, bf + (size_t)t * ng);
+    }
+}
+
+/* Slab k of a row, decoded (and dequantized with scale *sp and bias *bp) into a (positions 0..15) and
+ * b (16..31) in the encoding's lane order. Plain rows may end inside the slab (d % 32 != 0): masked. */
+AVX512_INLINE void avx512_slab(const uint8_t *row, int32_t k, const int enc, int32_t d, const float *sp, const float *bp,
+                               __m512 *a, __m512 *b) {
+    switch (enc) {
+    case CPU_ENC_F32: {
+        const float *f = (const float *)row + (size_t)k * 32;
+        if (k * 32 + 32 <= d) {
+            *a = _mm512_loadu_ps(f), *b = _mm512_loadu_ps(f + 16);
+        } else {
+            const int32_t rem = d - k * 32;
+            *a = _mm512_maskz_loadu_ps(avx512_mask(rem), f), *b = _mm512_maskz_loadu_ps(avx512_mask(rem - 16), f + 16);
+        }
+        return;
+    }
+    case CPU_ENC_F16: {
+        const uint16_t *h = (const uint16_t *)row + (size_t)k * 32;
+        if (k * 32 + 32 <= d) {
+            *a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+            *b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + 16)));
+        } else {
+            const int32_t rem = d - k * 32;
+            *a = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(avx512_mask(rem), h));
+            *b = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(avx512_mask(rem - 16), h + 16));
+        }
+        return;
+    }
+    case CPU_ENC_Q8: {
+        const __m512 s = _mm512_set1_ps(*sp), bias = _mm512_set1_ps(*bp);
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32)));
+        const __m512i y = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32 + 16)));
+        *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), s, bias);
+        *b = _mm512_fmadd_ps(_mm512_cvtepi32_ps(y), s, bias);
+        return;
+    }
+    case CPU_ENC_Q4: {
+        const __m512 lut = _mm512_fmadd_ps(_mm512_loadu_ps(avx512_lut4_codes), _mm512_set1_ps(*sp), _mm512_set1_ps(*bp));
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 16)));
+        *a = _mm512_permutexvar_ps(x, lut);
+        *b = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), lut);
+        return;
+    }
+    default: { /* Q2: 8 bytes, each used twice (shifts 0/2 in a, 4/6 in b) */
+        const __m512 lut = _mm512_fmadd_ps(_mm512_loadu_ps(avx512_lut2_codes), _mm512_set1_ps(*sp), _mm512_set1_ps(*bp));
+        const __m256i y = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + (size_t)k * 8)));
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), y, 1);
+        *a = _mm512_permutexvar_ps(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_a)), lut);
+        *b = _mm512_permutexvar_ps(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_b)), lut);
+        return;
+    }
+    }
+}
+
+/* r[t] = Σ_lanes v[t] for 16 vectors: a transpose tree (pairs in 128-bit lanes, then across lanes). */
+AVX512_INLINE __m512 avx512_hsum16(const __m512 *v) {
+    __m512 a[8], b[4];
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        a[j] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * j], v[2 * j + 1]), _mm512_unpackhi_ps(v[2 * j], v[2 * j + 1]));
+    #pragma GCC unroll 8
+    for (int j = 0; j < 4; j++) {
+        const __m512d x = _mm512_castps_pd(a[2 * j]), y = _mm512_castps_pd(a[2 * j + 1]);
+        b[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    const __m512 c0 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x44), _mm512_shuffle_f32x4(b[0], b[1], 0xEE));
+    const __m512 c1 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x44), _mm512_shuffle_f32x4(b[2], b[3], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xDD));
+}
+
+/* Copies nq query rows into qp[i * dpad ..] in the encoding's slab order, zero-padded to dpad. */
+AVX512_INLINE void avx512_permute_queries(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t dpad, int32_t enc,
+                                          float *qp) {
+    const __m512i pa = _mm512_loadu_si512(avx512_perm(enc)), pb = _mm512_loadu_si512(avx512_perm(enc) + 16);
+    for (int32_t i = 0; i < nq; i++)
+        for (int32_t k = 0; k * 32 < dpad; k++) {
+            const float *src = q + (size_t)i * ldq + (size_t)k * 32;
+            const __m512 lo = _mm512_maskz_loadu_ps(avx512_mask(d - k * 32), src);
+            const __m512 hi = _mm512_maskz_loadu_ps(avx512_mask(d - k * 32 - 16), src + 16);
+            _mm512_storeu_ps(qp + (size_t)i * dpad + k * 32, _mm512_permutex2var_ps(lo, pa, hi));
+            _mm512_storeu_ps(qp + (size_t)i * dpad + k * 32 + 16, _mm512_permutex2var_ps(lo, pb, hi));
+        }
+}
+
+/* ---- score_rows ---- */
+
+/* Scores TU consecutive tokens (from t) against NQ queries: each query slab is loaded once for TU tokens.
+ * Leaves one accumulator per (query, token) in buf[i][tt + u], to be summed by avx512_hsum16. */
+AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float *qp, int32_t dpad, const int NQ,
+                                       const int TU, const int enc, const float *sf, const float *bf, int32_t ng,
+                                       int32_t gshift, int32_t t, int32_t tt, __m512 (*buf)[16]) {
+    const int32_t nslab = (d + 31) / 32;
+    __m512 acc[4][AVX512_MAX_NQ];
+    #pragma GCC unroll 4
+    for (int u = 0; u < TU; u++)
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[u][i] = _mm512_setzero_ps();
+    for (int32_t k = 0; k < nslab; k++) {
+        __m512 a[4], b[4];
+        const int32_t j = k >> gshift;
+        #pragma GCC unroll 4
+        for (int u = 0; u < TU; u++)
+            avx512_slab(r->codes + (size_t)(t + u) * r->row_stride, k, enc, d, sf + (size_t)(t + u) * ng + j,
+                        bf + (size_t)(t + u) * ng + j, &a[u], &b[u]);
+        const float *qk = qp + (size_t)k * 32;
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            const __m512 qa = _mm512_loadu_ps(qk + (size_t)i * dpad), qb = _mm512_loadu_ps(qk + (size_t)i * dpad + 16);
+            #pragma GCC unroll 4
+            for (int u = 0; u < TU; u++) acc[u][i] = _mm512_fmadd_ps(b[u], qb, _mm512_fmadd_ps(a[u], qa, acc[u][i]));
+        }
+    }
+    #pragma GCC unroll 4
+    for (int u = 0; u < TU; u++)
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) buf[i][tt + u] = acc[u][i];
+}
+
+AVX512_INLINE void avx512_score_core(const cpu_rows *r, int32_t d, const float *qp, int32_t dpad, const int NQ,
+                                     const int enc, const float *sf, const float *bf, int32_t ng, float *s, size_t lds) {
+    const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 32u) : 0;
+    enum { TU = 4 }; /* tokens per query load, 2 when 8 queries need the registers */
+    __m512 buf[AVX512_MAX_NQ][16];
+    for (int32_t t0 = 0; t0 < r->n; t0 += 16) {
+        const int32_t tn = r->n - t0 < 16 ? r->n - t0 : 16;
+        int32_t tt = 0;
+        if (NQ <= 4)
+            for (; tt + TU <= tn; tt += TU)
+                avx512_score_tokens(r, d, qp, dpad, NQ, TU, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
+        else
+            for (; tt + 2 <= tn; tt += 2)
+                avx512_score_tokens(r, d, qp, dpad, NQ, 2, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
+        for (; tt < tn; tt++) avx512_score_tokens(r, d, qp, dpad, NQ, 1, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            for (int32_t z = tn; z < 16; z++) buf[i][z] = _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(s + (size_t)i * lds + t0, avx512_mask(tn), avx512_hsum16(buf[i]));
+        }
+    }
+}
+
+AVX512_INLINE void avx512_score_rows_impl(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
+                                          size_t lds, const int enc) {
+    const int32_t dpad = (d + 31) & ~31, ng = enc >= CPU_ENC_Q8 ? d / r->group : 0;
+    float qp[AVX512_MAX_NQ * AVX512_MAX_D] __attribute__((aligned(64)));
+    float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    float bf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    if (enc >= CPU_ENC_Q8) avx512_row_sb(r, ng, sf, bf);
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
+        avx512_permute_queries(q + (size_t)i0 * ldq, ldq, nc, d, dpad, enc, qp);
+        float *si = s + (size_t)i0 * lds;
+        switch (nc) {
+        case 8: avx512_score_core(r, d, qp, dpad, 8, enc, sf, bf, ng, si, lds); break;
+        case 4: avx512_score_core(r, d, qp, dpad, 4, enc, sf, bf, ng, si, lds); break;
+        case 3: avx512_score_core(r, d, qp, dpad, 3, enc, sf, bf, ng, si, lds); break;
+        case 2: avx512_score_core(r, d, qp, dpad, 2, enc, sf, bf, ng, si, lds); break;
+        default: avx512_score_core(r, d, qp, dpad, 1, enc, sf, bf, ng, si, lds); break;
+        }
+        i0 += nc;
+    }
+}
+
+/* ---- accum_rows ---- */
+
+/* Adds the permuted accumulators (a, b) of slab k to o[k*32 ..], restoring element order. */
+AVX512_INLINE void avx512_add_slab(float *o, int32_t k, int32_t dv, __m512 a, __m512 b, const int enc) {
+    __m512 lo = a, hi = b;
+    if (enc == CPU_ENC_Q4 || enc == CPU_ENC_Q2) {
+        lo = _mm512_permutex2var_ps(a, _mm512_loadu_si512(avx512_inv(enc)), b);
+        hi = _mm512_permutex2var_ps(a, _mm512_loadu_si512(avx512_inv(enc) + 16), b);
+    }
+    float *ok = o + (size_t)k * 32;
+    if (k * 32 + 32 <= dv) {
+        _mm512_storeu_ps(ok, _mm512_add_ps(_mm512_loadu_ps(ok), lo));
+        _mm512_storeu_ps(ok + 16, _mm512_add_ps(_mm512_loadu_ps(ok + 16), hi));
+    } else {
+        const __mmask16 ma = avx512_mask(dv - k * 32), mb = avx512_mask(dv - k * 32 - 16);
+        _mm512_mask_storeu_ps(ok, ma, _mm512_add_ps(_mm512_maskz_loadu_ps(ma, ok), lo));
+        _mm512_mask_storeu_ps(ok + 16, mb, _mm512_add_ps(_mm512_maskz_loadu_ps(mb, ok + 16), hi));
+    }
+}
+
+AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, const int NQ,
+                                     const int enc, const float *sf, const float *bf, int32_t ng, float *o, size_t ldo) {
+    const int32_t nslab = (dv + 31) / 32, n = r->n;
+    const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 32u) : 0;
+    /* two interleaved token streams when registers allow: each FMA chain then waits on every other token */
+    enum { U = 2 };
+    for (int32_t k = 0; k < nslab; k++) {
+        const int32_t j = k >> gshift;
+        __m512 acc_a[U][AVX512_MAX_NQ], acc_b[U][AVX512_MAX_NQ];
+        #pragma GCC unroll 8
+        for (int u = 0; u < U; u++)
+            #pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm512_setzero_ps();
+        int32_t t = 0;
+        if (NQ <= 4) {
+            for (; t + 2 <= n; t += 2)
+                #pragma GCC unroll 8
+                for (int u = 0; u < 2; u++) {
+                    __m512 a, b;
+                    const uint8_t *row = r->codes + (size_t)(t + u) * r->row_stride;
+                    avx512_slab(row, k, enc, dv, sf + (size_t)(t + u) * ng + j, bf + (size_t)(t + u) * ng + j, &a, &b);
+                    #pragma GCC unroll 8
+                    for (int i = 0; i < NQ; i++) {
+                        const __m512 w = _mm512_set1_ps(p[(size_t)i * ldp + t + u]);
+                        acc_a[u][i] = _mm512_fmadd_ps(a, w, acc_a[u][i]);
+                        acc_b[u][i] = _mm512_fmadd_ps(b, w, acc_b[u][i]);
+                    }
+                }
+        }
+        for (; t < n; t++) {
+            __m512 a, b;
+            const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+            avx512_slab(row, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j, &a, &b);
+            #pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) {
+                const __m512 w = _mm512_set1_ps(p[(size_t)i * ldp + t]);
+                acc_a[0][i] = _mm512_fmadd_ps(a, w, acc_a[0][i]);
+                acc_b[0][i] = _mm512_fmadd_ps(b, w, acc_b[0][i]);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++)
+            avx512_add_slab(o + (size_t)i * ldo, k, dv, _mm512_add_ps(acc_a[0][i], acc_a[1][i]),
+                            _mm512_add_ps(acc_b[0][i], acc_b[1][i]), enc);
+    }
+}
+
+AVX512_INLINE void avx512_accum_rows_impl(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
+                                          size_t ldo, const int enc) {
+    const int32_t ng = enc >= CPU_ENC_Q8 ? dv / r->group : 0;
+    float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    float bf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    if (enc >= CPU_ENC_Q8) avx512_row_sb(r, ng, sf, bf);
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
+        const float *pi = p + (size_t)i0 * ldp;
+        float *oi = o + (size_t)i0 * ldo;
+        switch (nc) {
+        case 8: avx512_accum_core(r, dv, pi, ldp, 8, enc, sf, bf, ng, oi, ldo); break;
+        case 4: avx512_accum_core(r, dv, pi, ldp, 4, enc, sf, bf, ng, oi, ldo); break;
+        case 3: avx512_accum_core(r, dv, pi, ldp, 3, enc, sf, bf, ng, oi, ldo); break;
+        case 2: avx512_accum_core(r, dv, pi, ldp, 2, enc, sf, bf, ng, oi, ldo); break;
+        default: avx512_accum_core(r, dv, pi, ldp, 1, enc, sf, bf, ng, oi, ldo); break;
+        }
+        i0 += nc;
+    }
+}
+
+#define AVX512_ROW_KERNELS(name, enc)                                                                                 \
+    AVX512_FN static void avx512_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq,         \
+                                                   const float *qsum, int32_t nq, float *s, size_t lds) {            \
+        (void)qsum; /* the bias is folded into the dequantized slab */                                            \
+        avx512_score_rows_impl(r, d, q, ldq, nq, s, lds, enc);                                                       \
+    }                                                                                                                \
+    AVX512_FN static void avx512_accum_rows_##name(const cpu_rows *r, int32_t dv, const float *p, size_t ldp,        \
+                                                   int32_t nq, float *o, size_t ldo) {                               \
+        avx512_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, enc);                                                      \
+    }
+AVX512_ROW_KERNELS(f32, CPU_ENC_F32)
+AVX512_ROW_KERNELS(f16, CPU_ENC_F16)
+AVX512_ROW_KERNELS(q8, CPU_ENC_Q8)
+AVX512_ROW_KERNELS(q4, CPU_ENC_Q4)
+AVX512_ROW_KERNELS(q2, CPU_ENC_Q2)
+
+/* ---- KIVI keys (per channel): tokens in lanes, 32 tokens per piece ---- */
+
+/* Raw codes (no scale) of 32 tokens of one channel, in the 2-/4-bit slab lane order. */
+AVX512_INLINE void avx512_chan_codes(const uint8_t *c, const int bits, __m512 *a, __m512 *b) {
+    if (bits == 4) {
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
+        *a = _mm512_cvtepi32_ps(_mm512_and_si512(x, _mm512_set1_epi32(15)));
+        *b = _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4));
+    } else {
+        const __m256i y = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), y, 1), m3 = _mm512_set1_epi32(3);
+        *a = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_a)), m3));
+        *b = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_b)), m3));
+    }
+}
+
+AVX512_INLINE void avx512_score_chan_core(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, const int NQ,
+                                          const int bits, float *s, size_t lds) {
+    const size_t cbytes = (size_t)ch->g * bits / 8;
+    float qs[AVX512_MAX_NQ * AVX512_MAX_D] __attribute__((aligned(64)));
+    float sv[AVX512_MAX_D] __attribute__((aligned(64))), bv[AVX512_MAX_D] __attribute__((aligned(64)));
+    float qb[AVX512_MAX_NQ];
+    avx512_halves(ch->scale, d, sv);
+    avx512_halves(ch->bias, d, bv);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) { /* q'_c = q_c s_c, and Σ_c q_c b_c */
+        __m512 dot = _mm512_setzero_ps();
+        for (int32_t c = 0; c < d; c += 16) {
+            const __mmask16 m = avx512_mask(d - c);
+            const __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)i * ldq + c);
+            _mm512_mask_storeu_ps(qs + (size_t)i * d + c, m, _mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, sv + c)));
+            dot = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, bv + c), dot);
+        }
+        qb[i] = _mm512_reduce_add_ps(dot);
+    }
+    const __m512i ia = _mm512_loadu_si512(bits == 4 ? avx512_inv_q4 : avx512_inv_q2);
+    const __m512i ib = _mm512_loadu_si512((bits == 4 ? avx512_inv_q4 : avx512_inv_q2) + 16);
+    for (int32_t p0 = 0; p0 < ch->g; p0 += 32) {
+        __m512 acc_a[AVX512_MAX_NQ], acc_b[AVX512_MAX_NQ];
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm512_setzero_ps();
+        const uint8_t *codes = ch->codes + (size_t)p0 * bits / 8;
+        for (int32_t c = 0; c < d; c++) {
+            __m512 a, b;
+            avx512_chan_codes(codes + (size_t)c * cbytes, bits, &a, &b);
+            #pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) {
+                const __m512 w = _mm512_set1_ps(qs[(size_t)i * d + c]);
+                acc_a[i] = _mm512_fmadd_ps(a, w, acc_a[i]);
+                acc_b[i] = _mm512_fmadd_ps(b, w, acc_b[i]);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            const __m512 bias = _mm512_set1_ps(qb[i]);
+            float *si = s + (size_t)i * lds + p0;
+            _mm512_storeu_ps(si, _mm512_add_ps(_mm512_permutex2var_ps(acc_a[i], ia, acc_b[i]), bias));
+            _mm512_storeu_ps(si + 16, _mm512_add_ps(_mm512_permutex2var_ps(acc_a[i], ib, acc_b[i]), bias));
+        }
+    }
+}
+
+AVX512_INLINE void avx512_accum_chan_core(const cpu_chan *ch, int32_t dv, const float *p, size_t ldp, const int NQ,
+                                          const int bits, float *o, size_t ldo) {
+    const size_t cbytes = (size_t)ch->g * bits / 8;
+    const int32_t npieces = ch->g / 32;
+    /* p in the codes' token order, per piece; Σ_t p_t */
+    float pp[AVX512_MAX_NQ][CPU_BLOCK] __attribute__((aligned(64)));
+    float psum[AVX512_MAX_NQ];
+    const __m512i pa = _mm512_loadu_si512(bits == 4 ? avx512_perm_q4 : avx512_perm_q2);
+    const __m512i pb = _mm512_loadu_si512((bits == 4 ? avx512_perm_q4 : avx512_perm_q2) + 16);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) {
+        __m512 sum = _mm512_setzero_ps();
+        for (int32_t p0 = 0; p0 < ch->g; p0 += 32) {
+            const __m512 lo = _mm512_loadu_ps(p + (size_t)i * ldp + p0), hi = _mm512_loadu_ps(p + (size_t)i * ldp + p0 + 16);
+            _mm512_storeu_ps(pp[i] + p0, _mm512_permutex2var_ps(lo, pa, hi));
+            _mm512_storeu_ps(pp[i] + p0 + 16, _mm512_permutex2var_ps(lo, pb, hi));
+            sum = _mm512_add_ps(sum, _mm512_add_ps(lo, hi));
+        }
+        psum[i] = _mm512_reduce_add_ps(sum);
+    }
+    __m512 buf[AVX512_MAX_NQ][16];
+    for (int32_t c0 = 0; c0 < dv; c0 += 16) {
+        const int32_t cn = dv - c0 < 16 ? dv - c0 : 16;
+        for (int32_t cc = 0; cc < 16; cc++) {
+            if (cc >= cn) {
+                #pragma GCC unroll 8
+                for (int i = 0; i < NQ; i++) buf[i][cc] = _mm512_setzero_ps();
+                continue;
+            }
+            __m512 acc[AVX512_MAX_NQ];
+            #pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
+            for (int32_t pi = 0; pi < npieces; pi++) {
+                __m512 a, b;
+                avx512_chan_codes(ch->codes + (size_t)(c0 + cc) * cbytes + (size_t)pi * 32 * bits / 8, bits, &a, &b);
+                #pragma GCC unroll 8
+                for (int i = 0; i < NQ; i++) {
+                    acc[i] = _mm512_fmadd_ps(a, _mm512_loadu_ps(pp[i] + pi * 32), acc[i]);
+                    acc[i] = _mm512_fmadd_ps(b, _mm512_loadu_ps(pp[i] + pi * 32 + 16), acc[i]);
+                }
+            }
+            #pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) buf[i][cc] = acc[i];
+        }
+        const __mmask16 m = avx512_mask(cn);
+        const __m512 sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, ch->scale + c0));
+        const __m512 bv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, ch->bias + c0));
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            float *oc = o + (size_t)i * ldo + c0;
+            const __m512 add = _mm512_fmadd_ps(sv, avx512_hsum16(buf[i]), _mm512_mul_ps(bv, _mm512_set1_ps(psum[i])));
+            _mm512_mask_storeu_ps(oc, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, oc), add));
+        }
+    }
+}
+
+#define AVX512_BY_NQ(call_nq, nc)                                                                                     \
+    switch (nc) {                                                                                                    \
+    case 8: call_nq(8); break;                                                                                       \
+    case 4: call_nq(4); break;                                                                                       \
+    case 3: call_nq(3); break;                                                                                       \
+    case 2: call_nq(2); break;                                                                                       \
+    default: call_nq(1); break;                                                                                      \
+    }
+
+AVX512_FN static void avx512_score_chan(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
+                                        size_t lds) {
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
+        const float *qi = q + (size_t)i0 * ldq;
+        float *si = s + (size_t)i0 * lds;
+#define AVX512_SCORE_CHAN(N)                                                                                          \
+    (ch->bits == 4 ? avx512_score_chan_core(ch, d, qi, ldq, N, 4, si, lds)                                           \
+                   : avx512_score_chan_core(ch, d, qi, ldq, N, 2, si, lds))
+        AVX512_BY_NQ(AVX512_SCORE_CHAN, nc)
+#undef AVX512_SCORE_CHAN
+        i0 += nc;
+    }
+}
+
+AVX512_FN static void avx512_accum_chan(const cpu_chan *ch, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
+                                        size_t ldo) {
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
+        const float *pi = p + (size_t)i0 * ldp;
+        float *oi = o + (size_t)i0 * ldo;
+#define AVX512_ACCUM_CHAN(N)                                                                                          \
+    (ch->bits == 4 ? avx512_accum_chan_core(ch, dv, pi, ldp, N, 4, oi, ldo)                                          \
+                   : avx512_accum_chan_core(ch, dv, pi, ldp, N, 2, oi, ldo))
+        AVX512_BY_NQ(AVX512_ACCUM_CHAN, nc)
+#undef AVX512_ACCUM_CHAN
+        i0 += nc;
+    }
+}
+
+/* ---- exp_sum: e^x = 2^n e^r, n = round(x log2 e), |r| <= ln2/2, degree-7 (Cephes) polynomial, ~1e-7 ---- */
+
+AVX512_INLINE __m512 avx512_exp(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-110.0f)); /* -inf and anything below e^-104 give exactly 0 */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+}
+
+AVX512_FN static float avx512_exp_sum(float *x, int32_t n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (int32_t t = 0; t < n; t += 16) {
+        const __mmask16 k = avx512_mask(n - t);
+        const __m512 e = avx512_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + t), mv));
+        _mm512_mask_storeu_ps(x + t, k, e);
+        sum = _mm512_mask_add_ps(sum, k, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+/* ---- dequant_row ---- */
+
+AVX512_FN static void avx512_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
+    const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+    float sf[AVX512_MAX_NG], bf[AVX512_MAX_NG];
+    const int quant = r->enc >= CPU_ENC_Q8;
+    if (quant) {
+        avx512_halves(r->scale + (size_t)t * r->sb_stride, d / r->group, sf);
+        avx512_halves(r->bias + (size_t)t * r->sb_stride, d / r->group, bf);
+    }
+    for (int32_t k = 0; k * 32 < d; k++) {
+        __m512 a, b;
+        const int32_t j = quant ? k * 32 / r->group : 0;
+        switch (r->enc) {
+        case CPU_ENC_F32: avx512_slab(row, k, CPU_ENC_F32, d, sf + j, bf + j, &a, &b); break;
+        case CPU_ENC_F16: avx512_slab(row, k, CPU_ENC_F16, d, sf + j, bf + j, &a, &b); break;
+        case CPU_ENC_Q8: avx512_slab(row, k, CPU_ENC_Q8, d, sf + j, bf + j, &a, &b); break;
+        case CPU_ENC_Q4: avx512_slab(row, k, CPU_ENC_Q4, d, sf + j, bf + j, &a, &b); break;
+        default: avx512_slab(row, k, CPU_ENC_Q2, d, sf + j, bf + j, &a, &b); break;
+        }
+        __m512 lo = a, hi = b;
+        if (r->enc == CPU_ENC_Q4 || r->enc == CPU_ENC_Q2) {
+            lo = _mm512_permutex2var_ps(a, _mm512_loadu_si512(avx512_inv(r->enc)), b);
+            hi = _mm512_permutex2var_ps(a, _mm512_loadu_si512(avx512_inv(r->enc) + 16), b);
+        }
+        _mm512_mask_storeu_ps(out + (size_t)k * 32, avx512_mask(d - k * 32), lo);
+        _mm512_mask_storeu_ps(out + (size_t)k * 32 + 16, avx512_mask(d - k * 32 - 16), hi);
+    }
+}
+
+void cpu_kernels_fill_avx512(cpu_kernels *k) {
+    k->score_rows[CPU_ENC_F32] = avx512_score_rows_f32;
+    k->score_rows[CPU_ENC_F16] = avx512_score_rows_f16;
+    k->score_rows[CPU_ENC_Q8] = avx512_score_rows_q8;
+    k->score_rows[CPU_ENC_Q4] = avx512_score_rows_q4;
+    k->score_rows[CPU_ENC_Q2] = avx512_score_rows_q2;
+    k->accum_rows[CPU_ENC_F32] = avx512_accum_rows_f32;
+    k->accum_rows[CPU_ENC_F16] = avx512_accum_rows_f16;
+    k->accum_rows[CPU_ENC_Q8] = avx512_accum_rows_q8;
+    k->accum_rows[CPU_ENC_Q4] = avx512_accum_rows_q4;
+    k->accum_rows[CPU_ENC_Q2] = avx512_accum_rows_q2;
+    k->score_chan = avx512_score_chan;
+    k->accum_chan = avx512_accum_chan;
+    k->exp_sum = avx512_exp_sum;
+    k->dequant_row = avx512_dequant_row;
+}
 #endif

@@ -1,0 +1,36 @@
+# Vendor modules (DESIGN.md §7). Each is opt-in and is enabled only when its SDK is found.
+# None is implemented yet: the checks below only report what they found, so that turning an option
+# on never pretends to build a module that does not exist.
+include_guard(GLOBAL)
+
+if(GOKV_VULKAN)
+  find_package(Vulkan QUIET COMPONENTS glslc)
+  if(Vulkan_FOUND)
+    message(STATUS "gokv: Vulkan SDK found (${Vulkan_LIBRARY}); the Vulkan module is not yet implemented")
+  else()
+    message(STATUS "gokv: GOKV_VULKAN=ON but the Vulkan SDK/glslc was not found; the Vulkan module is not yet implemented")
+  endif()
+endif()
+
+if(GOKV_METAL)
+  if(APPLE)
+    find_library(GOKV_METAL_FRAMEWORK Metal)
+  endif()
+  if(GOKV_METAL_FRAMEWORK)
+    message(STATUS "gokv: Metal framework found; the Metal module is not yet implemented")
+  else()
+    message(STATUS "gokv: GOKV_METAL=ON but the Metal framework was not found (macOS only); the Metal module is not yet implemented")
+  endif()
+endif()
+
+if(GOKV_SYCL)
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_FLAGS -fsycl)
+  check_cxx_source_compiles("#include <sycl/sycl.hpp>\nint main() { sycl::queue q; return 0; }" GOKV_HAVE_SYCL)
+  unset(CMAKE_REQUIRED_FLAGS)
+  if(GOKV_HAVE_SYCL)
+    message(STATUS "gokv: SYCL compiler found; the SYCL module is not yet implemented")
+  else()
+    message(STATUS "gokv: GOKV_SYCL=ON but no SYCL 2020 compiler was found; the SYCL module is not yet implemented")
+  endif()
+endif()

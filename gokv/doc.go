@@ -1,0 +1,33 @@
+// Package gokv is the public Go API of gokv: compressed KV caches and fused attention for LLM inference.
+//
+// A Go inference engine hands gokv the new keys, values and queries of each layer; gokv stores the keys
+// and values compressed (f16, q8, q4, KIVI 2/4-bit, per layer), keeps the attention sinks, evicts what
+// a policy allows, and returns attention outputs computed directly on the compressed data by a native
+// backend (CPU always; Vulkan, Metal or SYCL by build tag). Go owns the control plane (page tables,
+// sequences, refcounts, eviction); native code owns the data (pages, quantization, attention).
+//
+// Typical use:
+//
+//	eng, err := gokv.Open(gokv.WithBackend("cpu"))
+//	defer eng.Close()
+//	spec, _ := gokv.Preset("llama-3.1-8b")
+//	cache, err := eng.NewCache(spec, gokv.CacheOptions{Format: gokv.MustParseFormat("q4"), MaxTokens: 1 << 16})
+//	defer cache.Close()
+//	seq, _ := cache.NewSequence()
+//	st, err := cache.Begin(gokv.StepEntry{Seq: seq, NewTokens: len(prompt)}) // prefill
+//	for l := range spec.Layers {
+//		// q, k, v from the model's layer l for st.Rows() tokens
+//		err = st.Layer(l, q, k, v, out)
+//	}
+//	err = st.Commit()
+//
+// Files: engine.go (Open, options, devices, native log forwarding), cache.go (NewCache, layer groups,
+// pools, stats), sequence.go (sequences: fork, truncate, release), step.go (batched decode/prefill
+// steps), policy.go (eviction rules), errors.go (Error and its sentinels); format.go, model.go,
+// presets.go, hfconfig.go and plan.go hold the formats, model specs and the memory planner, which need
+// no device.
+//
+// Errors are *Error values (or *CapacityError for ErrCapacity); compare them with errors.Is against the
+// sentinels (ErrInvalid, ErrOutOfMemory, ErrCapacity, ErrClosed, ...). No call panics on bad input, and a
+// failed call leaves what was stored intact.
+package gokv

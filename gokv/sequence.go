@@ -1,0 +1,227 @@
+package gokv
+
+import (
+	"slices"
+
+	"github.com/gokv/gokv/bridge"
+)
+
+// Sequence is one token sequence in a cache: its length and one page table per layer group. Tokens are
+// appended by steps (Cache.Begin); Fork shares its pages copy-on-write, Truncate rolls it back, Release
+// frees it.
+//
+// Thread-safety: methods may be called from many goroutines (the cache's mutex guards the state), but a
+// sequence in an open step cannot be forked, truncated or released until the step ends.
+type Sequence struct {
+	c    *Cache
+	id   int
+	slot int32 // residual ring index in every KIVI layer's pool (and the MaxSequences count)
+
+	// Guarded by c.mu.
+	length   int
+	tables   [][]int32 // per group: page id of each page index, -1 = released; len = ceil(length/P)
+	evicted  []int     // per group: page indices below this were already considered for eviction
+	step     *Step     // the open step holding the sequence, or nil
+	released bool
+	broken   string // why the sequence is unusable (an aborted KIVI step lost its ring), or ""
+}
+
+// NewSequence creates an empty sequence. It fails with ErrCapacity when MaxSequences sequences are live.
+func (c *Cache) NewSequence() (*Sequence, error) {
+	const op = "Cache.NewSequence"
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, newErr(op, ErrorClosed, "cache is closed")
+	}
+	if len(c.slots) == 0 {
+		return nil, &CapacityError{Op: op, Group: -1, Needed: 1, Free: 0, Total: c.opts.MaxSequences, Detail: "new sequence"}
+	}
+	return c.newSequenceLocked(), nil
+}
+
+// newSequenceLocked takes a slot and registers an empty sequence; c.mu is held and a slot is free.
+func (c *Cache) newSequenceLocked() *Sequence {
+	slot := c.slots[len(c.slots)-1]
+	c.slots = c.slots[:len(c.slots)-1]
+	s := &Sequence{c: c, id: c.nextID, slot: slot, tables: make([][]int32, len(c.groups)), evicted: make([]int, len(c.groups))}
+	c.nextID++
+	c.seqs[s.id] = s
+	return s
+}
+
+// ID returns the sequence's identifier, unique within its cache.
+func (s *Sequence) ID() int { return s.id }
+
+// Len returns the number of tokens in the sequence (its next position), evicted ones included.
+func (s *Sequence) Len() int {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.length
+}
+
+// usable reports why s cannot take part in an operation (c.mu held), or nil.
+func (s *Sequence) usable(op string) error {
+	switch {
+	case s.c.closed:
+		return newErr(op, ErrorClosed, "cache is closed")
+	case s.released:
+		return newErr(op, ErrorClosed, "sequence %d was released", s.id)
+	case s.broken != "":
+		return newErr(op, ErrorInvalid, "sequence %d is unusable: %s; release it", s.id, s.broken)
+	case s.step != nil:
+		return newErr(op, ErrorInvalid, "sequence %d is in an open step; Commit or Abort it first", s.id)
+	}
+	return nil
+}
+
+// Fork returns a new sequence with the same tokens. The two share their pages copy-on-write: a step that
+// appends into a shared page first copies it, so neither sees the other's new tokens. KIVI residual rings
+// are copied (one native copy per KIVI layer). Fails with ErrCapacity when MaxSequences are live.
+func (s *Sequence) Fork() (*Sequence, error) {
+	const op = "Sequence.Fork"
+	c := s.c
+	c.life.RLock()
+	defer c.life.RUnlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := s.usable(op); err != nil {
+		return nil, err
+	}
+	if len(c.slots) == 0 {
+		return nil, &CapacityError{Op: op, Group: -1, Needed: 1, Free: 0, Total: c.opts.MaxSequences,
+			Detail: "fork of sequence " + itoa(s.id)}
+	}
+	child := c.newSequenceLocked()
+	if s.length > 0 && c.hasKIVI {
+		for _, cl := range c.layers {
+			if !cl.format.Kind.IsKIVI() {
+				continue
+			}
+			err := cl.pool.Copy(bridge.CopyBatch{SrcSlots: []int32{s.slot}, DstSlots: []int32{child.slot}})
+			if err != nil {
+				c.dropSequenceLocked(child)
+				return nil, wrapErr(op, "layer "+itoa(cl.index)+": copying the residual ring of sequence "+itoa(s.id), err)
+			}
+		}
+	}
+	child.length = s.length
+	for gi, g := range c.groups {
+		child.tables[gi] = slices.Clone(s.tables[gi])
+		for _, id := range child.tables[gi] {
+			if id >= 0 {
+				g.refs[id]++
+			}
+		}
+	}
+	copy(child.evicted, s.evicted)
+	return child, nil
+}
+
+// Truncate rolls the sequence back to its first n tokens (0 <= n <= Len), e.g. to drop rejected
+// speculative tokens, and frees the pages past them. It fails with ErrNotSupported, changing nothing,
+// when the tokens the shorter sequence would see again were evicted, or in a KIVI layer when the
+// rollback crosses a quantization boundary: a KIVI sequence can only drop tokens while its quantized
+// prefix stays the same (Format.QuantizedTokens(n) == Format.QuantizedTokens(Len)), i.e. the tokens
+// appended since its residual ring last flushed a group.
+func (s *Sequence) Truncate(n int) error {
+	const op = "Sequence.Truncate"
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := s.usable(op); err != nil {
+		return err
+	}
+	if n < 0 || n > s.length {
+		return newErr(op, ErrorRange, "sequence %d: n = %d is outside [0, %d]", s.id, n, s.length)
+	}
+	if n == s.length {
+		return nil
+	}
+	for _, cl := range c.layers {
+		f := cl.format
+		if f.Kind.IsKIVI() && f.QuantizedTokens(n) != f.QuantizedTokens(s.length) {
+			return newErr(op, ErrorNotSupported, "sequence %d, layer %d (%s): tokens [%d, %d) are already quantized; a KIVI sequence of %d tokens can be truncated to no fewer than %d",
+				s.id, cl.index, f, f.QuantizedTokens(n), f.QuantizedTokens(s.length), s.length, kiviMinTruncate(f, s.length))
+		}
+	}
+	P := c.pageSize
+	for gi, g := range c.groups {
+		if g.rule.window == 0 {
+			continue
+		}
+		// The next query (position n) sees the sinks and positions in (n - window, n).
+		lo := max(0, n-g.rule.window+1)
+		for j := lo / P; j < ceilDiv(n, P); j++ {
+			if s.tables[gi][j] < 0 {
+				return newErr(op, ErrorNotSupported, "sequence %d: layer group %d (layers %s) already evicted page %d (tokens [%d, %d)), which the window of a %d-token sequence needs",
+					s.id, gi, joinInts(g.layers), j, j*P, (j+1)*P, n)
+			}
+		}
+	}
+	keep := ceilDiv(n, P)
+	for gi, g := range c.groups {
+		for _, id := range s.tables[gi][keep:] {
+			g.unref(id)
+		}
+		s.tables[gi] = s.tables[gi][:keep:keep]
+		s.evicted[gi] = min(s.evicted[gi], keep)
+	}
+	s.length = n
+	return nil
+}
+
+// kiviMinTruncate returns the shortest length a KIVI sequence of n tokens can be truncated to.
+func kiviMinTruncate(f Format, n int) int {
+	q := f.QuantizedTokens(n)
+	m := n
+	for m > 0 && f.QuantizedTokens(m-1) == q {
+		m--
+	}
+	return m
+}
+
+// Release frees the sequence's pages (those it shares stay with the other holders) and its slot. It is
+// idempotent, and a no-op after the cache was closed. It fails with ErrInvalid while the sequence is in
+// an open step.
+func (s *Sequence) Release() error {
+	const op = "Sequence.Release"
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.released || c.closed {
+		return nil
+	}
+	if s.step != nil {
+		return newErr(op, ErrorInvalid, "sequence %d is in an open step; Commit or Abort it first", s.id)
+	}
+	c.dropSequenceLocked(s)
+	return nil
+}
+
+// dropSequenceLocked frees s's pages and slot and unregisters it; c.mu is held.
+func (c *Cache) dropSequenceLocked(s *Sequence) {
+	for gi, g := range c.groups {
+		for _, id := range s.tables[gi] {
+			g.unref(id)
+		}
+		s.tables[gi] = nil
+	}
+	c.slots = append(c.slots, s.slot)
+	delete(c.seqs, s.id)
+	s.released = true
+}
+
+// evictLocked releases the pages of s that no future query of group gi can see; c.mu is held.
+func (c *Cache) evictLocked(s *Sequence, gi int) {
+	g := c.groups[gi]
+	from, to := evictablePages(g.rule, s.length, g.quantLimit(s.length), c.pageSize)
+	table := s.tables[gi]
+	for j := max(from, s.evicted[gi]); j < to; j++ {
+		g.unref(table[j])
+		table[j] = -1
+	}
+	if to > s.evicted[gi] {
+		s.evicted[gi] = to
+	}
+}

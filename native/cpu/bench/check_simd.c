@@ -1,0 +1,316 @@
+/*
+ * check_simd.c: a quick standalone check of the SIMD kernel tables against the scalar one (kernels.h),
+ * entry by entry on random data, then of whole gokv_attend calls (SIMD vs FORCE_SCALAR vs the AVX2 cap,
+ * and vs a float64 reference over the dequantized K/V of gokv_pool_read). The real tests live in
+ * native/cpu/tests; this one is for the kernel author's inner loop. Build by hand:
+ *   gcc -std=c11 -O2 -I bridge -I native/cpu native/cpu/bench/check_simd.c bridge/gokv_core.c \
+ *       bridge/gokv_layout.c bridge/gokv_validate.c bridge/gokv_unity.c -lm -lpthread
+ * Exit status 0 when everything agrees.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+#include "gokv_half.h"
+
+static uint64_t rng_state = 0x12345678abcdefull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
+
+static int failures = 0, checks = 0;
+static void expect(int ok, const char *what) {
+    checks++;
+    if (!ok && failures++ < 20) fprintf(stderr, "FAIL: %s\n", what);
+}
+
+static const int32_t row_bits[CPU_ENC_COUNT] = {32, 16, 8, 4, 2};
+
+/* Random rows of enc: n tokens of d elements (row stride padded by 64 bytes), scales/biases with stride ng+1. */
+typedef struct rows_buf {
+    uint8_t *codes;
+    uint16_t *scale, *bias;
+    cpu_rows r;
+} rows_buf;
+
+static rows_buf make_rows(int32_t enc, int32_t n, int32_t d, int32_t g, int contiguous_sb) {
+    rows_buf b;
+    const size_t row_bytes = (size_t)d * row_bits[enc] / 8 + 64;
+    const int32_t ng = enc >= CPU_ENC_Q8 ? d / g : 0;
+    const size_t sb_stride = contiguous_sb ? (size_t)ng : (size_t)ng + 3;
+    b.codes = malloc(row_bytes * n);
+    b.scale = malloc((sb_stride * n + 1) * 2);
+    b.bias = malloc((sb_stride * n + 1) * 2);
+    for (size_t i = 0; i < row_bytes * n; i++) b.codes[i] = (uint8_t)rnd();
+    if (enc == CPU_ENC_F32)
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t c = 0; c < d; c++) ((float *)(b.codes + t * row_bytes))[c] = frand(-2, 2);
+    if (enc == CPU_ENC_F16)
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t c = 0; c < d; c++) ((uint16_t *)(b.codes + t * row_bytes))[c] = gokv_float_to_half(frand(-2, 2));
+    for (size_t i = 0; i < sb_stride * n + 1; i++) {
+        b.scale[i] = gokv_float_to_half(frand(0.001f, 0.3f));
+        b.bias[i] = gokv_float_to_half(frand(-1.5f, 0.5f));
+    }
+    if (enc >= CPU_ENC_Q8 && n > 1) b.scale[sb_stride] = 0; /* a constant group */
+    b.r = (cpu_rows){b.codes, row_bytes, enc >= CPU_ENC_Q8 ? b.scale : NULL, enc >= CPU_ENC_Q8 ? b.bias : NULL,
+                     sb_stride, n, enc, g};
+    return b;
+}
+static void free_rows(rows_buf *b) { free(b->codes), free(b->scale), free(b->bias); }
+
+static void check_rows(const cpu_kernels *S, const cpu_kernels *V, const char *lvl, int32_t enc, int32_t g, int32_t n,
+                       int32_t nq, int32_t d, int contiguous) {
+    char what[256];
+    rows_buf b = make_rows(enc, n, d, g, contiguous);
+    const size_t ldq = d + 5, lds = CPU_BLOCK + 3;
+    const int32_t ng = enc >= CPU_ENC_Q8 ? d / g : 1;
+    float *q = malloc(sizeof(float) * ldq * nq), *qsum = calloc((size_t)nq * ng, sizeof(float));
+    float *s0 = malloc(sizeof(float) * lds * nq), *s1 = malloc(sizeof(float) * lds * nq);
+    float *k = malloc(sizeof(float) * d);
+    for (size_t i = 0; i < ldq * nq; i++) q[i] = frand(-1, 1);
+    if (enc >= CPU_ENC_Q8)
+        for (int32_t i = 0; i < nq; i++)
+            for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
+    S->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, nq, s0, lds);
+    V->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, nq, s1, lds);
+    double worst = 0;
+    for (int32_t t = 0; t < n; t++) {
+        S->dequant_row(&b.r, t, d, k);
+        float *k1 = malloc(sizeof(float) * d);
+        V->dequant_row(&b.r, t, d, k1);
+        snprintf(what, sizeof what, "%s dequant_row enc %d g %d d %d t %d", lvl, enc, g, d, t);
+        expect(memcmp(k, k1, sizeof(float) * d) == 0, what);
+        free(k1);
+        for (int32_t i = 0; i < nq; i++) {
+            double mag = 0;
+            for (int32_t c = 0; c < d; c++) mag += fabs((double)q[i * ldq + c] * k[c]);
+            const double err = fabs((double)s0[i * lds + t] - s1[i * lds + t]) / (mag + 1e-30);
+            worst = err > worst ? err : worst;
+        }
+    }
+    snprintf(what, sizeof what, "%s score_rows enc %d g %d n %d nq %d d %d sb %d: rel err %.3g", lvl, enc, g, n, nq, d,
+             contiguous, worst);
+    expect(worst <= 1e-5, what);
+
+    /* accum: o += p v̂ */
+    const size_t ldp = CPU_BLOCK + 1, ldo = d + 7;
+    float *p = malloc(sizeof(float) * ldp * nq), *o0 = malloc(sizeof(float) * ldo * nq), *o1 = malloc(sizeof(float) * ldo * nq);
+    for (size_t i = 0; i < ldp * nq; i++) p[i] = (rnd() % 5 == 0) ? 0.0f : frand(0, 1);
+    for (size_t i = 0; i < ldo * nq; i++) o0[i] = o1[i] = frand(-1, 1);
+    S->accum_rows[enc](&b.r, d, p, ldp, nq, o0, ldo);
+    V->accum_rows[enc](&b.r, d, p, ldp, nq, o1, ldo);
+    worst = 0;
+    for (int32_t i = 0; i < nq; i++) {
+        double mag = 1.0;
+        for (int32_t t = 0; t < n; t++) {
+            S->dequant_row(&b.r, t, d, k);
+            for (int32_t c = 0; c < d; c++) mag += fabs(p[i * ldp + t] * k[c]) / d;
+        }
+        for (size_t c = 0; c < ldo; c++) {
+            const double err = fabs((double)o0[i * ldo + c] - o1[i * ldo + c]) / mag;
+            worst = err > worst ? err : worst;
+        }
+    }
+    snprintf(what, sizeof what, "%s accum_rows enc %d g %d n %d nq %d d %d: rel err %.3g", lvl, enc, g, n, nq, d, worst);
+    expect(worst <= 1e-5, what);
+    free(q), free(qsum), free(s0), free(s1), free(k), free(p), free(o0), free(o1);
+    free_rows(&b);
+}
+
+static void check_chan(const cpu_kernels *S, const cpu_kernels *V, const char *lvl, int32_t bits, int32_t g, int32_t nq,
+                       int32_t d, int32_t dv) {
+    char what[256];
+    const size_t cb = (size_t)g * bits / 8;
+    uint8_t *codes = malloc(cb * d);
+    uint16_t *sc = malloc(2 * d), *bi = malloc(2 * d);
+    for (size_t i = 0; i < cb * d; i++) codes[i] = (uint8_t)rnd();
+    for (int32_t c = 0; c < d; c++) sc[c] = gokv_float_to_half(frand(0.001f, 0.3f)), bi[c] = gokv_float_to_half(frand(-1, 1));
+    cpu_chan ch = {codes, sc, bi, bits, g};
+    const size_t ldq = d + 3, lds = CPU_BLOCK + 2, ldp = CPU_BLOCK + 5, ldo = dv + 1;
+    float *q = malloc(sizeof(float) * ldq * nq), *s0 = malloc(sizeof(float) * lds * nq), *s1 = malloc(sizeof(float) * lds * nq);
+    for (size_t i = 0; i < ldq * nq; i++) q[i] = frand(-1, 1);
+    S->score_chan(&ch, d, q, ldq, nq, s0, lds);
+    V->score_chan(&ch, d, q, ldq, nq, s1, lds);
+    double worst = 0;
+    for (int32_t i = 0; i < nq; i++)
+        for (int32_t t = 0; t < g; t++) {
+            double mag = 0;
+            for (int32_t c = 0; c < d; c++) {
+                const uint32_t code = bits == 2 ? (codes[c * cb + t / 4] >> (t % 4 * 2)) & 3 : (codes[c * cb + t / 2] >> (t % 2 * 4)) & 15;
+                mag += fabs(q[i * ldq + c] * ((double)code * gokv_half_to_float(sc[c]) + gokv_half_to_float(bi[c])));
+            }
+            const double err = fabs((double)s0[i * lds + t] - s1[i * lds + t]) / (mag + 1e-30);
+            worst = err > worst ? err : worst;
+        }
+    snprintf(what, sizeof what, "%s score_chan bits %d g %d nq %d d %d: rel err %.3g", lvl, bits, g, nq, d, worst);
+    expect(worst <= 1e-5, what);
+    float *p = malloc(sizeof(float) * ldp * nq), *o0 = malloc(sizeof(float) * ldo * nq), *o1 = malloc(sizeof(float) * ldo * nq);
+    for (size_t i = 0; i < ldp * nq; i++) p[i] = frand(0, 1);
+    for (size_t i = 0; i < ldo * nq; i++) o0[i] = o1[i] = frand(-1, 1);
+    S->accum_chan(&ch, dv, p, ldp, nq, o0, ldo);
+    V->accum_chan(&ch, dv, p, ldp, nq, o1, ldo);
+    worst = 0;
+    for (size_t i = 0; i < ldo * nq; i++) {
+        const double err = fabs((double)o0[i] - o1[i]) / (1.0 + 0.5 * g);
+        worst = err > worst ? err : worst;
+    }
+    snprintf(what, sizeof what, "%s accum_chan bits %d g %d nq %d dv %d: rel err %.3g", lvl, bits, g, nq, dv, worst);
+    expect(worst <= 1e-5, what);
+    free(codes), free(sc), free(bi), free(q), free(s0), free(s1), free(p), free(o0), free(o1);
+}
+
+static void check_exp(const cpu_kernels *S, const cpu_kernels *V, const char *lvl) {
+    char what[256];
+    for (int32_t n = 1; n <= CPU_BLOCK; n += 7) {
+        float x0[CPU_BLOCK], x1[CPU_BLOCK];
+        for (int32_t t = 0; t < n; t++) x0[t] = x1[t] = rnd() % 9 == 0 ? -INFINITY : frand(-90, 3);
+        const float m = 3.0f;
+        const float s0 = S->exp_sum(x0, n, m), s1 = V->exp_sum(x1, n, m);
+        double worst = 0;
+        for (int32_t t = 0; t < n; t++) {
+            if (x0[t] == 0.0f) expect(x1[t] == 0.0f, "exp of -inf is 0");
+            const double err = fabs((double)x0[t] - x1[t]) / (fabs(x0[t]) > 1e-37 ? fabs(x0[t]) : 1.0);
+            worst = err > worst ? err : worst;
+        }
+        snprintf(what, sizeof what, "%s exp_sum n %d: max rel err %.3g (sum %.9g vs %.9g)", lvl, n, worst, s0, s1);
+        expect(worst <= 3e-7 && fabs(s0 - s1) <= 1e-6 * fabs(s0), what);
+    }
+}
+
+/* ---- whole attention calls ---- */
+
+static gokv_device *dev;
+
+static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32_t dk, int32_t dv, int32_t mla, int32_t S,
+                       int32_t T, int32_t window) {
+    char what[256];
+    const int32_t P = 64, R = gokv_format_is_kivi(format) ? 64 : 0;
+    const int32_t n_pages = (S + P - 1) / P;
+    gokv_pool_desc pd = {sizeof pd, format, g, R, Hkv, dk, dv, mla, P, n_pages, gokv_format_is_kivi(format) ? 1 : 0};
+    gokv_pool *pool;
+    if (gokv_pool_create(dev, &pd, &pool) != GOKV_OK) {
+        fprintf(stderr, "pool: %s\n", gokv_last_error());
+        return 1;
+    }
+    int32_t *ids = malloc(sizeof(int32_t) * n_pages);
+    for (int32_t i = 0; i < n_pages; i++) ids[i] = n_pages - 1 - i;
+    float *k = malloc(sizeof(float) * S * Hkv * dk), *v = malloc(sizeof(float) * S * Hkv * dv);
+    for (size_t i = 0; i < (size_t)S * Hkv * dk; i++) k[i] = frand(-1, 1) + (i % dk == 3 ? 4.0f : 0.0f);
+    for (size_t i = 0; i < (size_t)S * Hkv * dv; i++) v[i] = frand(-1, 1);
+    int32_t tok[2] = {0, S}, pind[2] = {0, n_pages}, start = 0, slot = 0;
+    gokv_write_desc wd = {sizeof wd, 1, tok, pind, ids, &start, gokv_format_is_kivi(format) ? &slot : NULL, k, mla ? NULL : v};
+    if (gokv_pool_write(pool, &wd) != GOKV_OK) {
+        fprintf(stderr, "write: %s\n", gokv_last_error());
+        return 1;
+    }
+    /* the dequantized K/V, for the float64 reference */
+    gokv_read_desc rd = {sizeof rd, 1, tok, pind, ids, &S, &start, gokv_format_is_kivi(format) ? &slot : NULL, k, v};
+    gokv_pool_read(pool, &rd);
+    float *q = malloc(sizeof(float) * T * Hq * dk);
+    for (size_t i = 0; i < (size_t)T * Hq * dk; i++) q[i] = frand(-1, 1);
+    float *out[3];
+    const uint32_t flags[3] = {0, GOKV_ATTEND_FORCE_SCALAR, 0};
+    int32_t qind[2] = {0, T}, qpos = S - T;
+    for (int c = 0; c < 3; c++) {
+        out[c] = malloc(sizeof(float) * T * Hq * dv);
+        gokv_cpu_set_simd_limit(c == 2 ? GOKV_CPU_AVX2 : 100);
+        gokv_attend_desc ad = {sizeof ad, pool, 1, qind, pind, ids, &S, &qpos, gokv_format_is_kivi(format) ? &slot : NULL,
+                               NULL, NULL, Hq, q, out[c], 1.0f / sqrtf((float)dk), NULL, 4, window, 0, flags[c]};
+        if (gokv_attend(dev, &ad) != GOKV_OK) {
+            fprintf(stderr, "attend: %s\n", gokv_last_error());
+            return 1;
+        }
+    }
+    gokv_cpu_set_simd_limit(100);
+    double worst[3] = {0, 0, 0};
+    const int32_t G = Hq / Hkv;
+    double *w = malloc(sizeof(double) * S);
+    for (int32_t r = 0; r < T; r++)
+        for (int32_t h = 0; h < Hq; h++) {
+            const float *qh = q + ((size_t)r * Hq + h) * dk;
+            const int32_t p = qpos + r, kvh = h / G;
+            double m = -INFINITY, l = 0;
+            for (int32_t t = 0; t < S; t++) {
+                const int vis = t <= p && (window == 0 || t > p - window || t < 4);
+                w[t] = -INFINITY;
+                if (!vis) continue;
+                double acc = 0;
+                for (int32_t c = 0; c < dk; c++) acc += (double)qh[c] * k[((size_t)t * Hkv + kvh) * dk + c];
+                w[t] = acc / sqrt((double)dk);
+                m = w[t] > m ? w[t] : m;
+            }
+            for (int32_t c = 0; c < dv; c++) {
+                double acc = 0;
+                l = 0;
+                for (int32_t t = 0; t < S; t++) {
+                    if (w[t] == -INFINITY) continue;
+                    const double e = exp(w[t] - m);
+                    l += e;
+                    acc += e * (mla ? k[((size_t)t * Hkv + kvh) * dk + c] : v[((size_t)t * Hkv + kvh) * dv + c]);
+                }
+                const double ref = acc / l;
+                for (int x = 0; x < 3; x++) {
+                    const double err = fabs(out[x][((size_t)r * Hq + h) * dv + c] - ref) / (fabs(ref) + 1e-2);
+                    worst[x] = err > worst[x] ? err : worst[x];
+                }
+            }
+        }
+    snprintf(what, sizeof what, "attend %s g %d Hq %d Hkv %d dk %d dv %d mla %d S %d T %d W %d: err simd %.2g scalar %.2g avx2 %.2g",
+             gokv_format_name(format), g, Hq, Hkv, dk, dv, mla, S, T, window, worst[0], worst[1], worst[2]);
+    expect(worst[0] <= 1e-4 && worst[1] <= 1e-4 && worst[2] <= 1e-4, what);
+    if (getenv("VERBOSE")) printf("%s\n", what);
+    for (int c = 0; c < 3; c++) free(out[c]);
+    free(w), free(q), free(k), free(v), free(ids);
+    gokv_pool_destroy(pool);
+    return 0;
+}
+
+int main(void) {
+    const cpu_kernels *S = cpu_kernels_get(GOKV_CPU_SCALAR);
+    const int32_t hw = gokv_cpu_simd_level();
+    for (int32_t level = 1; level <= 3; level++) {
+        if (!(level <= hw && (hw != GOKV_CPU_NEON || level == GOKV_CPU_NEON))) continue;
+        const cpu_kernels *V = cpu_kernels_get(level);
+        const char *lvl = gokv_cpu_simd_name(level);
+        const int32_t ns[] = {1, 7, 33, 128}, nqs[] = {1, 3, 4, 8, 17}, ds[] = {64, 128, 576}, gs[] = {32, 64, 128};
+        for (int32_t enc = 0; enc < CPU_ENC_COUNT; enc++)
+            for (int32_t gi = 0; gi < (enc >= CPU_ENC_Q8 ? 3 : 1); gi++)
+                for (int32_t di = 0; di < 3; di++)
+                    for (int32_t ni = 0; ni < 4; ni++)
+                        for (int32_t qi = 0; qi < 5; qi++) {
+                            const int32_t d = ds[di], g = enc >= CPU_ENC_Q8 ? gs[gi] : 0;
+                            if (g && d % g) continue;
+                            check_rows(S, V, lvl, enc, g, ns[ni], nqs[qi], d, (ni + qi) % 2);
+                        }
+        const int32_t odd_ds[] = {4, 20, 80, 100, 112};
+        for (int32_t enc = 0; enc < 2; enc++)
+            for (int32_t di = 0; di < 5; di++) check_rows(S, V, lvl, enc, 0, 33, 5, odd_ds[di], 1);
+        for (int32_t bits = 2; bits <= 4; bits += 2)
+            for (int32_t gi = 0; gi < 3; gi++)
+                for (int32_t qi = 0; qi < 5; qi++) {
+                    check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 128, 128);
+                    check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 576, 512);
+                    check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 64, 36);
+                }
+        check_exp(S, V, lvl);
+        printf("%s kernels: %d checks, %d failures so far\n", lvl, checks, failures);
+    }
+    gokv_device_desc dd = {sizeof dd, "cpu", -1, NULL, 2};
+    if (gokv_device_open(&dd, &dev) != GOKV_OK) return 1;
+    for (int32_t f = 0; f < GOKV_FORMAT_COUNT_; f++) {
+        const int32_t g = gokv_format_quantized(f) ? 32 : 0;
+        attend_case(f, g, 32, 8, 128, 128, 0, 1000, 1, 0);
+        attend_case(f, g ? 64 : 0, 8, 2, 128, 128, 0, 777, 5, 0);
+        attend_case(f, g, 12, 4, 64, 64, 0, 600, 3, 200);
+        attend_case(f, g, 16, 1, 576, 512, 1, 300, 1, 0);
+    }
+    gokv_device_close(dev);
+    printf("%d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
