@@ -9,6 +9,7 @@
 #include "../native/cpu/store.c"
 #include "../native/cpu/attend.c"
 #include "../native/cpu/baseline.c"
+#include "../native/cpu/roofline.c"
 #include "../native/cpu/kernels/scalar.c"
 #include "../native/cpu/kernels/avx2.c"
 #include "../native/cpu/kernels/avx512.c"

@@ -201,6 +201,9 @@ func (st *Step) Rows() int { return st.rows }
 //	v    [rows, HeadsKV, HeadDimV]  the new values; nil for MLA (they are a prefix of k)
 //	out  [rows, HeadsQ, HeadDimV]   written with the attention output
 //
+// With q and out both nil, Layer only stores the new tokens (a prefill whose outputs the engine does not
+// need, e.g. all rows but the last): no attention is computed.
+//
 // The slices are only used during the call. Every layer must run (once or more) before Commit. Errors
 // name the layer and argument; a rejected call stores nothing.
 func (st *Step) Layer(layer int, q, k, v, out []float32) error {
@@ -226,7 +229,11 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 		{"v", len(v), l.HeadsKV, l.HeadDimV},
 		{"out", len(out), l.HeadsQ, l.HeadDimV},
 	}
+	writeOnly := q == nil && out == nil // store the tokens, attend nothing (e.g. prefill whose outputs are unused)
 	for _, sh := range shapes {
+		if writeOnly && (sh.name == "q" || sh.name == "out") {
+			continue
+		}
 		if sh.name == "v" && l.VIsKPrefix() {
 			if v != nil {
 				return newErr(op, ErrorInvalid, "layer %d (%s): v must be nil: MLA values are the first %d dims of k", layer, l, l.HeadDimV)
@@ -261,6 +268,13 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 		KVLen: st.kvLen, QPos: st.startPos, ResidualSlot: slots, HeadsQ: l.HeadsQ, Q: q, Out: out,
 		Scale: cl.scale, SinkLogits: sinks, SinkTokens: cl.group.rule.sinks, Window: cl.group.rule.window}
 	st.wrote[layer] = true
+	if writeOnly {
+		if err := cl.pool.Write(w); err != nil {
+			return wrapErr(op, "layer "+strconv.Itoa(layer), err)
+		}
+		st.ran[layer] = true
+		return nil
+	}
 	if err := appendAttend(c.eng.dev, w, a); err != nil {
 		return wrapErr(op, "layer "+strconv.Itoa(layer), err)
 	}

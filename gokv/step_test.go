@@ -1,6 +1,7 @@
 package gokv
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -284,4 +285,55 @@ func openTestCacheSeq(t *testing.T, e *Engine) *Sequence {
 	s, err := c.NewSequence()
 	require.NoError(t, err)
 	return s
+}
+
+func TestStepLayerWriteOnly(t *testing.T) {
+	eng, err := Open(WithBackend("cpu"), WithThreads(1))
+	require.NoError(t, err)
+	defer eng.Close()
+	spec := ModelSpec{Name: "tiny", Layers: []LayerSpec{AttentionLayer(4, 2, 32)}}
+	c, err := eng.NewCache(spec, CacheOptions{Format: MustParseFormat("f16"), MaxTokens: 256})
+	require.NoError(t, err)
+	defer c.Close()
+	seq, err := c.NewSequence()
+	require.NoError(t, err)
+	// write 10 tokens without attention, then decode one token with attention
+	st, err := c.Begin(StepEntry{Seq: seq, NewTokens: 10})
+	require.NoError(t, err)
+	k := make([]float32, 10*2*32)
+	v := make([]float32, 10*2*32)
+	for i := range k {
+		k[i], v[i] = float32(i%7)/7, float32(i%5)/5
+	}
+	require.NoError(t, st.Layer(0, nil, k, v, nil))
+	require.NoError(t, st.Commit())
+	assert.Equal(t, 10, seq.Len())
+	st, err = c.Begin(StepEntry{Seq: seq, NewTokens: 1})
+	require.NoError(t, err)
+	q := make([]float32, 4*32)
+	out := make([]float32, 4*32)
+	for i := range out {
+		out[i] = float32(math.NaN())
+	}
+	require.NoError(t, st.Layer(0, q, k[:2*32], v[:2*32], out))
+	require.NoError(t, st.Commit())
+	// q = 0: uniform attention over 11 tokens, so out is the mean of the stored values
+	for h := 0; h < 4; h++ {
+		for c := 0; c < 32; c++ {
+			var want float64
+			for tok := 0; tok < 11; tok++ {
+				row := tok
+				if tok == 10 {
+					row = 0
+				}
+				want += float64(v[(row*2+h/2)*32+c])
+			}
+			assert.InDelta(t, want/11, out[h*32+c], 2e-3)
+		}
+	}
+	// a half-given query is an error naming it
+	st, err = c.Begin(StepEntry{Seq: seq, NewTokens: 1})
+	require.NoError(t, err)
+	assert.ErrorContains(t, st.Layer(0, q, k[:64], v[:64], nil), "out")
+	require.NoError(t, st.Abort())
 }

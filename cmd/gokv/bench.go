@@ -1,0 +1,333 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gokv/gokv/bridge"
+	"github.com/gokv/gokv/gokv"
+)
+
+type benchOpts struct {
+	backend, formats, contexts, batches string
+	headsQ, headsKV, headDim, threads   int
+	prefill                             bool
+	prefillTokens                       int
+	minTime                             time.Duration // time budget of one measurement after warm-up
+	readBytes                           int64         // buffer of the bandwidth measurement
+	json, quiet                         bool
+	seed                                uint64
+}
+
+func newBenchCmd(g *globalOpts) *cobra.Command {
+	o := &benchOpts{}
+	var readMiB int
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Decode (and prefill) attention speed per format and context, against the machine's floor",
+		Long: `bench times fused attention on compressed K/V for every format x context x batch on synthetic data
+(keys N(0,1) with 8 of 128 channels x4, values N(0,1)), and reports per row:
+
+  ms                   median of several runs after a warm-up (runs chosen by time, --min-time each)
+  gbps                 compressed bytes touched / time
+  gflops               2*Hq*S*(dk+dv)*batch / time (prefill: summed over the causal rows)
+  floor_ms, floor_frac the machine's floor max(bytes / read bandwidth, flops / peak), both measured by
+                       bench itself at start, and floor_ms / ms (1 = at the roofline)
+  baseline_ms          the dequantize-then-attend baseline (materializes f32 K/V first), fewer runs
+  speedup_vs_baseline  baseline_ms / ms
+  cos_vs_f32           cosine of the output vs the same attention with f32 storage
+
+--json prints one JSON object per row and line.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.quiet = g.quiet
+			o.readBytes = int64(readMiB) << 20
+			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.backend, "backend", "auto", "backend: cpu, vulkan, metal, sycl or auto")
+	f.StringVar(&o.formats, "formats", "f16,q4,kivi2", "formats, comma-separated")
+	f.StringVar(&o.contexts, "contexts", "4096,32768,131072", "context lengths S, comma-separated (K suffix = 1024)")
+	f.StringVar(&o.batches, "batch", "1", "sequences per call, comma-separated")
+	f.IntVar(&o.headsQ, "heads-q", 32, "query heads")
+	f.IntVar(&o.headsKV, "heads-kv", 8, "kv heads")
+	f.IntVar(&o.headDim, "head-dim", 128, "head dimension (d_qk = d_v)")
+	f.IntVar(&o.threads, "threads", 0, "CPU worker threads (0: all online CPUs)")
+	f.BoolVar(&o.prefill, "prefill", false, "also time prefill: --prefill-tokens causal query rows at the end of the context")
+	f.IntVar(&o.prefillTokens, "prefill-tokens", 512, "query rows of a prefill row")
+	f.DurationVar(&o.minTime, "min-time", 400*time.Millisecond, "time budget of each measurement after its warm-up")
+	f.IntVar(&readMiB, "read-mib", 512, "buffer of the read-bandwidth measurement in MiB (many times the last-level cache)")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic data")
+	f.BoolVar(&o.json, "json", false, "print one JSON object per row")
+	return cmd
+}
+
+// benchRow is one result; the JSON keys of a decode row are exactly these.
+type benchRow struct {
+	Backend           string   `json:"backend"`
+	Format            string   `json:"format"`
+	Context           int      `json:"context"`
+	Batch             int      `json:"batch"`
+	HeadsQ            int      `json:"heads_q"`
+	HeadsKV           int      `json:"heads_kv"`
+	HeadDim           int      `json:"head_dim"`
+	Threads           int      `json:"threads"`
+	Ms                float64  `json:"ms"`
+	GBps              float64  `json:"gbps"`
+	GFLOPs            float64  `json:"gflops"`
+	FloorMs           float64  `json:"floor_ms"`
+	FloorFrac         float64  `json:"floor_frac"`
+	BaselineMs        *float64 `json:"baseline_ms"`         // null when the backend has no baseline
+	SpeedupVsBaseline *float64 `json:"speedup_vs_baseline"` // null likewise
+	CosVsF32          float64  `json:"cos_vs_f32"`
+}
+
+// prefillRow is a prefill result: a decode row's keys plus what distinguishes it.
+type prefillRow struct {
+	benchRow
+	Mode          string `json:"mode"` // "prefill"
+	PrefillTokens int    `json:"prefill_tokens"`
+}
+
+func runBench(stdout, stderr io.Writer, o *benchOpts) error {
+	formats, err := parseFormats(o.formats)
+	if err != nil {
+		return fmt.Errorf("--formats: %w", err)
+	}
+	contexts, err := parseInts("contexts", o.contexts)
+	if err != nil {
+		return err
+	}
+	batches, err := parseInts("batch", o.batches)
+	if err != nil {
+		return err
+	}
+	if o.headsQ < 1 || o.headsKV < 1 || o.headsQ%o.headsKV != 0 {
+		return fmt.Errorf("--heads-q %d must be a positive multiple of --heads-kv %d", o.headsQ, o.headsKV)
+	}
+	for _, f := range formats {
+		if err := f.Validate(o.headDim, o.headDim); err != nil {
+			return fmt.Errorf("--formats %s with --head-dim %d: %w", f, o.headDim, err)
+		}
+	}
+	if o.prefill && o.prefillTokens < 1 {
+		return fmt.Errorf("--prefill-tokens %d must be >= 1", o.prefillTokens)
+	}
+	dev, err := bridge.OpenDevice(o.backend, -1, o.threads)
+	if err != nil {
+		return fmt.Errorf("--backend %s: %w", o.backend, err)
+	}
+	defer dev.Close()
+	info, err := dev.Info()
+	if err != nil {
+		return err
+	}
+	logger.Info().Str("device", info.Name).Str("features", info.Features).Int("threads", info.Threads).Msg("bench device")
+
+	readBytes := o.readBytes
+	if readBytes <= 0 {
+		readBytes = 512 << 20
+	}
+	ceil := measureCeilings(info.Threads, readBytes)
+	if !o.json {
+		fmt.Fprintf(stdout, "%s: %s, %d threads, %s\n", info.Backend, info.Name, info.Threads, info.Features)
+		peak := "not measured"
+		if ceil.PeakGFLOPs > 0 {
+			peak = fmt.Sprintf("%.1f GFLOP/s", ceil.PeakGFLOPs)
+		}
+		fmt.Fprintf(stdout, "measured ceilings: read %.1f GB/s, peak %s (%s)\n", ceil.ReadGBps, peak, ceil.Source)
+		fmt.Fprintf(stdout, "shape: %d query heads, %d kv heads, head dim %d\n\n", o.headsQ, o.headsKV, o.headDim)
+		fmt.Fprintf(stdout, "%-11s %-14s %7s %5s %9s %8s %8s %9s %6s %11s %8s %9s\n", "mode", "format", "context", "batch",
+			"ms", "GB/s", "GFLOP/s", "floor ms", "floor", "baseline ms", "speedup", "cos f32")
+	}
+	modes := []bool{false}
+	if o.prefill {
+		modes = append(modes, true)
+	}
+	bar := newProgress(stderr, o.quiet, len(contexts)*len(batches)*len(formats)*len(modes), "bench")
+	defer bar.Finish()
+	for _, S := range contexts {
+		for _, B := range batches {
+			rows, err := benchCase(dev, info, ceil, formats, S, B, modes, o, func() { bar.Add(1) })
+			if err != nil {
+				return err
+			}
+			bar.Clear() // the rows and the bar may share a terminal
+			for _, r := range rows {
+				if err := printBenchRow(stdout, o.json, r); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func printBenchRow(w io.Writer, asJSON bool, r any) error {
+	if asJSON {
+		return writeJSON(w, r)
+	}
+	mode, row := "decode", benchRow{}
+	switch v := r.(type) {
+	case benchRow:
+		row = v
+	case prefillRow:
+		mode, row = fmt.Sprintf("prefill%d", v.PrefillTokens), v.benchRow
+	}
+	base, speed := "-", "-"
+	if row.BaselineMs != nil {
+		base, speed = fmt.Sprintf("%.3f", *row.BaselineMs), fmt.Sprintf("%.1fx", *row.SpeedupVsBaseline)
+	}
+	_, err := fmt.Fprintf(w, "%-11s %-14s %7s %5d %9.3f %8.1f %8.1f %9.3f %5.0f%% %11s %8s %9.6f\n", mode, row.Format,
+		humanCount(row.Context), row.Batch, row.Ms, row.GBps, row.GFLOPs, row.FloorMs, 100*row.FloorFrac, base, speed, row.CosVsF32)
+	return err
+}
+
+// benchCase builds one pool per format (plus an f32 reference) holding B sequences of S synthetic tokens,
+// generated once and written to every pool chunk by chunk, then times each format.
+func benchCase(dev *bridge.Device, info bridge.DeviceInfo, ceil ceilings, formats []gokv.Format, S, B int,
+	modes []bool, o *benchOpts, tick func()) ([]any, error) {
+	H, Hq, d := o.headsKV, o.headsQ, o.headDim
+	all := append([]gokv.Format{{Kind: gokv.F32}}, formats...)
+	pools := make([]*bridge.Pool, len(all))
+	lays := make([]seqLayout, len(all))
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for i, f := range all {
+		lays[i] = newSeqLayout(f, B, S)
+		var err error
+		if pools[i], err = newLayoutPool(dev, f, lays[i], H, d, d, false); err != nil {
+			return nil, fmt.Errorf("format %s at context %d, batch %d: %w", f, S, B, err)
+		}
+	}
+	const chunk = 4096
+	kbuf, vbuf := make([]float32, chunk*H*d), make([]float32, chunk*H*d)
+	for s := 0; s < B; s++ {
+		rng := rand.New(rand.NewPCG(o.seed, uint64(S)<<20|uint64(s)))
+		for start := 0; start < S; start += chunk {
+			n := min(chunk, S-start)
+			synthKV(rng, kbuf[:n*H*d], vbuf[:n*H*d], d)
+			for i := range all {
+				if err := lays[i].writeSeq(pools[i], s, start, kbuf[:n*H*d], vbuf[:n*H*d], n); err != nil {
+					return nil, fmt.Errorf("writing format %s: %w", all[i], err)
+				}
+			}
+		}
+	}
+
+	var rows []any
+	for _, prefill := range modes {
+		T := 1
+		if prefill {
+			T = min(o.prefillTokens, S)
+		}
+		rng := rand.New(rand.NewPCG(o.seed^0x9e3779b9, uint64(S)))
+		q := make([]float32, B*T*Hq*d)
+		fillNormal(rng, q)
+		qIndptr, kvLen, qPos := make([]int32, B+1), make([]int32, B), make([]int32, B)
+		for s := 0; s < B; s++ {
+			qIndptr[s+1] = int32((s + 1) * T)
+			kvLen[s], qPos[s] = int32(S), int32(S-T)
+		}
+		batch := func(i int, out []float32, flags bridge.AttendFlags) bridge.AttendBatch {
+			return bridge.AttendBatch{Pool: pools[i], QIndptr: qIndptr, PageIndptr: lays[i].pageIndptr,
+				PageIDs: lays[i].pageIDs, KVLen: kvLen, QPos: qPos, ResidualSlot: lays[i].residualSlot, HeadsQ: Hq,
+				Q: q, Out: out, Scale: float32(1 / math.Sqrt(float64(d))), Flags: flags}
+		}
+		ref := make([]float32, B*T*Hq*d)
+		if err := bridge.Attend(dev, batch(0, ref, 0)); err != nil {
+			return nil, fmt.Errorf("f32 reference at context %d: %w", S, err)
+		}
+		// Causal rows: row j (0-based) of T sees S-T+j+1 tokens.
+		visible := float64(T)*float64(S-T) + float64(T)*float64(T+1)/2
+		flops := 2 * float64(Hq) * visible * float64(2*d) * float64(B)
+		for fi, f := range formats {
+			i := fi + 1
+			out := make([]float32, B*T*Hq*d)
+			ms, err := timeIt(o.minTime, 3, 50, func() error { return bridge.Attend(dev, batch(i, out, 0)) })
+			if err != nil {
+				return nil, fmt.Errorf("format %s at context %d: %w", f, S, err)
+			}
+			bytes, err := bytesTouched(pools[i], f, S, H, d)
+			if err != nil {
+				return nil, err
+			}
+			bytes *= float64(B)
+			floor := ceil.floorMs(bytes, flops)
+			row := benchRow{Backend: info.Backend, Format: f.String(), Context: S, Batch: B, HeadsQ: Hq, HeadsKV: H,
+				HeadDim: d, Threads: info.Threads, Ms: ms, GBps: bytes / (ms * 1e-3) / 1e9, GFLOPs: flops / (ms * 1e-3) / 1e9,
+				FloorMs: floor, FloorFrac: floor / ms, CosVsF32: cosine(out, ref)}
+			if info.Caps.Has(bridge.CapBaseline) {
+				// The baseline materializes f32 K/V for every call: give it a smaller budget and fewer runs.
+				baseOut := make([]float32, len(out))
+				bms, err := timeIt(o.minTime/2, 1, 10, func() error {
+					return bridge.Attend(dev, batch(i, baseOut, bridge.AttendDequantBaseline))
+				})
+				if err != nil {
+					return nil, fmt.Errorf("baseline %s at context %d: %w", f, S, err)
+				}
+				speedup := bms / ms
+				row.BaselineMs, row.SpeedupVsBaseline = &bms, &speedup
+			}
+			if prefill {
+				rows = append(rows, prefillRow{benchRow: row, Mode: "prefill", PrefillTokens: T})
+			} else {
+				rows = append(rows, row)
+			}
+			tick()
+		}
+	}
+	return rows, nil
+}
+
+// bytesTouched is the compressed bytes one sequence of S tokens makes attention read: its pages (whole
+// pages, as stored) and, for KIVI, the fp16 rows in its residual ring.
+func bytesTouched(pool *bridge.Pool, f gokv.Format, S, H, d int) (float64, error) {
+	pageBytes, _, err := pool.Sizes()
+	if err != nil {
+		return 0, err
+	}
+	nq := f.QuantizedTokens(S)
+	P := pool.Desc().PageSize
+	bytes := float64((nq+P-1)/P) * float64(pageBytes)
+	bytes += float64(S-nq) * float64(H) * float64(2*d) * 2
+	return bytes, nil
+}
+
+// timeIt runs fn once as a warm-up, then as many times as fit in budget (at least minRuns, at most
+// maxRuns) and returns the median in ms. A warm-up longer than the budget makes the warm-up run count
+// as one of minRuns, so a slow case costs about minRuns runs.
+func timeIt(budget time.Duration, minRuns, maxRuns int, fn func() error) (float64, error) {
+	t0 := time.Now()
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	warm := time.Since(t0)
+	var times []float64
+	runs := maxRuns
+	if warm > 0 {
+		runs = int(budget / warm)
+	}
+	if warm > budget {
+		times = append(times, warm.Seconds()*1e3)
+		minRuns--
+	}
+	runs = max(minRuns, min(runs, maxRuns))
+	for r := 0; r < runs; r++ {
+		t := time.Now()
+		if err := fn(); err != nil {
+			return 0, err
+		}
+		times = append(times, time.Since(t).Seconds()*1e3)
+	}
+	return median(times), nil
+}

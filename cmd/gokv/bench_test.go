@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var benchKeys = []string{"backend", "format", "context", "batch", "heads_q", "heads_kv", "head_dim", "threads", "ms",
+	"gbps", "gflops", "floor_ms", "floor_frac", "baseline_ms", "speedup_vs_baseline", "cos_vs_f32"}
+
+func TestBenchJSONKeys(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs([]string{"bench", "--json", "-q", "--backend", "cpu", "--formats", "f16,q4,kivi2:32:32", "--contexts", "96,200",
+		"--batch", "1,2", "--heads-q", "4", "--heads-kv", "2", "--head-dim", "32", "--min-time", "1ms", "--read-mib", "8"})
+	require.NoError(t, root.Execute())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3*2*2, "one line per format x context x batch")
+	for _, line := range lines {
+		var row map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &row), line)
+		keys := make([]string, 0, len(row))
+		for k := range row {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		want := slices.Clone(benchKeys)
+		slices.Sort(want)
+		assert.Equal(t, want, keys)
+		assert.Equal(t, "cpu", row["backend"])
+		assert.Greater(t, row["ms"], 0.0)
+		assert.Greater(t, row["floor_ms"], 0.0)
+		assert.Greater(t, row["cos_vs_f32"], 0.5)
+		assert.LessOrEqual(t, row["cos_vs_f32"], 1.0+1e-9)
+		assert.NotNil(t, row["baseline_ms"], "the CPU backend has the dequantize baseline")
+		if row["format"] == "f16" {
+			assert.Greater(t, row["cos_vs_f32"], 0.99999)
+		}
+	}
+}
+
+func TestBenchPrefillRows(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs([]string{"bench", "--json", "-q", "--backend", "cpu", "--formats", "q4", "--contexts", "128",
+		"--heads-q", "2", "--heads-kv", "1", "--head-dim", "32", "--min-time", "1ms", "--read-mib", "8", "--prefill", "--prefill-tokens", "16"})
+	require.NoError(t, root.Execute())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 2)
+	var decode, prefill map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &decode))
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &prefill))
+	assert.NotContains(t, decode, "mode")
+	assert.Equal(t, "prefill", prefill["mode"])
+	assert.EqualValues(t, 16, prefill["prefill_tokens"])
+	assert.Greater(t, prefill["gflops"], 0.0)
+}
+
+func TestBenchErrors(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		contains string
+	}{
+		{[]string{"bench", "--formats", "q4:128", "--head-dim", "64"}, "q4:128"},
+		{[]string{"bench", "--heads-q", "6", "--heads-kv", "4"}, "--heads-q"},
+		{[]string{"bench", "--contexts", "4K,x"}, "--contexts"},
+		{[]string{"bench", "--backend", "nope"}, "--backend nope"},
+	} {
+		root := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
+		root.SetArgs(append(c.args, "-q"))
+		err := root.Execute()
+		require.Error(t, err, "%v", c.args)
+		assert.Contains(t, err.Error(), c.contains)
+	}
+}
+
+func TestTimeItRunsWithinBounds(t *testing.T) {
+	calls := 0
+	ms, err := timeIt(0, 3, 5, func() error { calls++; return nil })
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, ms, 0.0)
+	assert.GreaterOrEqual(t, calls, 3)
+	assert.LessOrEqual(t, calls, 6)
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gokv/gokv/bridge"
+	"github.com/gokv/gokv/gokv"
+)
+
+type infoOpts struct {
+	json    bool
+	threads int
+}
+
+// deviceReport is one backend's device as `gokv info --json` prints it.
+type deviceReport struct {
+	Backend      string   `json:"backend"`
+	Name         string   `json:"name,omitempty"`
+	MemoryBytes  uint64   `json:"memory_bytes,omitempty"`
+	SubgroupSize int      `json:"subgroup_size,omitempty"`
+	Features     string   `json:"features,omitempty"`
+	Threads      int      `json:"threads,omitempty"`
+	Caps         []string `json:"caps,omitempty"`
+	Formats      []string `json:"formats,omitempty"`
+	Error        string   `json:"error,omitempty"` // why the backend could not be opened
+}
+
+type infoReport struct {
+	ABIVersion uint32         `json:"abi_version"`
+	Backends   []string       `json:"backends"`
+	Devices    []deviceReport `json:"devices"`
+}
+
+func newInfoCmd(g *globalOpts) *cobra.Command {
+	o := &infoOpts{}
+	cmd := &cobra.Command{
+		Use:   "info",
+		Short: "Backends compiled in and the devices they find",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runInfo(cmd.OutOrStdout(), o)
+		},
+	}
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	cmd.Flags().IntVar(&o.threads, "threads", 0, "CPU worker threads (0: all online CPUs)")
+	return cmd
+}
+
+var capNames = []struct {
+	cap  bridge.Caps
+	name string
+}{
+	{bridge.CapDecode, "decode"}, {bridge.CapPrefill, "prefill"}, {bridge.CapLearnedSinks, "learned-sinks"},
+	{bridge.CapWindow, "window"}, {bridge.CapMLA, "mla"}, {bridge.CapHoles, "holes"}, {bridge.CapBaseline, "baseline"},
+}
+
+// runInfo opens the default device of every backend compiled in and describes it. A backend that fails
+// to open (no device, no driver) is listed with its error rather than failing the command.
+func runInfo(w io.Writer, o *infoOpts) error {
+	rep := infoReport{ABIVersion: bridge.ABIVersion(), Backends: bridge.Backends()}
+	for _, b := range rep.Backends {
+		rep.Devices = append(rep.Devices, probeBackend(b, o.threads))
+	}
+	if o.json {
+		return writeJSON(w, rep)
+	}
+	fmt.Fprintf(w, "gokv ABI %d, backends compiled in: %s\n", rep.ABIVersion, strings.Join(rep.Backends, ", "))
+	for _, d := range rep.Devices {
+		fmt.Fprintf(w, "\n[%s]\n", d.Backend)
+		if d.Error != "" {
+			fmt.Fprintf(w, "  unavailable: %s\n", d.Error)
+			continue
+		}
+		fmt.Fprintf(w, "  device:        %s\n", d.Name)
+		fmt.Fprintf(w, "  memory:        %s\n", gokv.FormatSize(int64(d.MemoryBytes)))
+		fmt.Fprintf(w, "  subgroup size: %d\n", d.SubgroupSize)
+		if d.Features != "" {
+			fmt.Fprintf(w, "  features:      %s\n", d.Features)
+		}
+		fmt.Fprintf(w, "  threads:       %d\n", d.Threads)
+		fmt.Fprintf(w, "  capabilities:  %s\n", strings.Join(d.Caps, " "))
+		fmt.Fprintf(w, "  formats:       %s\n", strings.Join(d.Formats, " "))
+	}
+	return nil
+}
+
+func probeBackend(backend string, threads int) deviceReport {
+	rep := deviceReport{Backend: backend}
+	dev, err := bridge.OpenDevice(backend, -1, threads)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	defer dev.Close()
+	info, err := dev.Info()
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	rep.Name, rep.MemoryBytes, rep.SubgroupSize = info.Name, info.MemoryBytes, info.SubgroupSize
+	rep.Features, rep.Threads = info.Features, info.Threads
+	for _, c := range capNames {
+		if info.Caps.Has(c.cap) {
+			rep.Caps = append(rep.Caps, c.name)
+		}
+	}
+	for _, f := range bridge.Formats {
+		if info.SupportsFormat(f) {
+			rep.Formats = append(rep.Formats, f.String())
+		}
+	}
+	return rep
+}

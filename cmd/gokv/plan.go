@@ -1,0 +1,195 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gokv/gokv/gokv"
+)
+
+type planOpts struct {
+	model, format             string
+	context, sequences, page  int
+	memory, weights, overhead string
+	json                      bool
+}
+
+func newPlanCmd(g *globalOpts) *cobra.Command {
+	o := &planOpts{}
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "KV cache memory of a model at a context, and the largest context a memory budget allows",
+		Long: `plan computes the KV cache a model needs at a context, per layer kind, exactly as gokv allocates it
+(whole pages, KIVI's fp16 residual counted), and with --memory the largest context that fits once the
+weights and overhead are subtracted.
+
+Sizes are bytes with an optional unit: 12345, 39.1GB (10^9), 64GiB (2^30), likewise KB/KiB, MB/MiB, TB/TiB.
+
+Example (Open-TQ-Metal's Llama 3.1 70B on a 64 GiB Mac):
+  gokv plan --model llama-3.1-70b --format q4 --context 131072 --memory 64GiB --weights 39.1GiB --overhead 2GiB`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runPlan(cmd.OutOrStdout(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.model, "model", "", "model preset ("+strings.Join(gokv.Presets(), ", ")+") or HuggingFace config.json")
+	f.StringVar(&o.format, "format", "f16", "storage format: f32, f16, q8[:G], q4[:G], kivi2[:G[:R]], kivi4[:G[:R]]")
+	f.IntVar(&o.context, "context", 0, "tokens per sequence (0: the model's max_position_embeddings, else 131072)")
+	f.IntVar(&o.sequences, "sequences", 1, "concurrent sequences of --context tokens each")
+	f.IntVar(&o.page, "page-size", 0, "tokens per page (0: 64)")
+	f.StringVar(&o.memory, "memory", "", "memory shared by weights, overhead and the KV cache (e.g. 64GiB)")
+	f.StringVar(&o.weights, "weights", "", "memory of the model's weights (e.g. 39.1GiB)")
+	f.StringVar(&o.overhead, "overhead", "", "memory for everything else: activations, runtime (e.g. 2GiB)")
+	f.BoolVar(&o.json, "json", false, "print JSON")
+	return cmd
+}
+
+// planKind is one group of layers sharing geometry and format.
+type planKind struct {
+	Layer         string  `json:"layer"`  // e.g. "GQA 64q/8kv d128"
+	Format        string  `json:"format"` // canonical, e.g. "q4:32"
+	Count         int     `json:"count"`  // layers of this kind
+	HeldTokens    int     `json:"held_tokens"`
+	BytesPerToken float64 `json:"bytes_per_token"` // per layer
+	LayerBytes    int64   `json:"layer_bytes"`     // one layer at the context, all sequences
+	Bytes         int64   `json:"bytes"`           // all layers of this kind
+}
+
+// planReport is what `gokv plan --json` prints.
+type planReport struct {
+	Model                 string     `json:"model"`
+	Format                string     `json:"format"`
+	Context               int        `json:"context"`
+	Sequences             int        `json:"sequences"`
+	PageSize              int        `json:"page_size"`
+	Layers                int        `json:"layers"`
+	Bytes                 int64      `json:"bytes"` // total KV bytes at context
+	BytesPerToken         float64    `json:"bytes_per_token"`
+	MarginalBytesPerToken float64    `json:"marginal_bytes_per_token"`
+	Kinds                 []planKind `json:"kinds"`
+	MemoryBytes           int64      `json:"memory_bytes,omitempty"`
+	WeightsBytes          int64      `json:"weights_bytes,omitempty"`
+	OverheadBytes         int64      `json:"overhead_bytes,omitempty"`
+	BudgetBytes           int64      `json:"budget_bytes,omitempty"`
+	Fits                  *bool      `json:"fits,omitempty"`
+	MaxContext            int        `json:"max_context"` // 0 without --memory
+	MaxContextUnbounded   bool       `json:"max_context_unbounded,omitempty"`
+}
+
+// buildPlan resolves the flags and runs gokv.Plan.
+func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
+	spec, err := loadModel(o.model)
+	if err != nil {
+		return planReport{}, gokv.PlanResult{}, err
+	}
+	format, err := gokv.ParseFormat(o.format)
+	if err != nil {
+		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--format: %w", err)
+	}
+	opts := gokv.PlanOptions{Format: format, Context: o.context, Sequences: o.sequences, PageSize: o.page}
+	if opts.Context == 0 {
+		opts.Context = spec.MaxPositions
+		if opts.Context == 0 {
+			opts.Context = 131072
+		}
+	}
+	for _, s := range []struct {
+		flag, text string
+		dst        *int64
+	}{{"memory", o.memory, &opts.MemoryBytes}, {"weights", o.weights, &opts.WeightsBytes}, {"overhead", o.overhead, &opts.OverheadBytes}} {
+		if s.text == "" {
+			continue
+		}
+		if *s.dst, err = gokv.ParseSize(s.text); err != nil {
+			return planReport{}, gokv.PlanResult{}, fmt.Errorf("--%s: %w", s.flag, err)
+		}
+	}
+	if opts.MemoryBytes == 0 && (opts.WeightsBytes != 0 || opts.OverheadBytes != 0) {
+		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--weights and --overhead need --memory")
+	}
+	res, err := gokv.Plan(spec, opts)
+	if err != nil {
+		return planReport{}, gokv.PlanResult{}, err
+	}
+	rep := planReport{
+		Model: res.Model, Format: format.String(), Context: res.Context, Sequences: res.Sequences,
+		PageSize: res.PageSize, Layers: len(res.Layers), Bytes: res.KVBytes,
+		BytesPerToken: res.BytesPerToken, MarginalBytesPerToken: res.MarginalBytesPerToken,
+		MaxContext: res.MaxContext, MaxContextUnbounded: res.MaxContextUnbounded,
+	}
+	if rep.Model == "" {
+		rep.Model = o.model
+	}
+	index := map[string]int{}
+	for _, lp := range res.Layers {
+		key := lp.Layer.String() + "|" + lp.Format.String()
+		i, ok := index[key]
+		if !ok {
+			i = len(rep.Kinds)
+			index[key] = i
+			rep.Kinds = append(rep.Kinds, planKind{Layer: lp.Layer.String(), Format: lp.Format.String(),
+				HeldTokens: lp.HeldTokens, BytesPerToken: lp.BytesPerToken, LayerBytes: lp.KVBytes})
+		}
+		rep.Kinds[i].Count++
+		rep.Kinds[i].Bytes += lp.KVBytes
+	}
+	if opts.MemoryBytes > 0 {
+		rep.MemoryBytes, rep.WeightsBytes, rep.OverheadBytes = res.MemoryBytes, res.WeightsBytes, res.OverheadBytes
+		rep.BudgetBytes = res.BudgetBytes
+		fits := res.Fits
+		rep.Fits = &fits
+	}
+	return rep, res, nil
+}
+
+func runPlan(w io.Writer, o *planOpts) error {
+	rep, _, err := buildPlan(o)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(w, rep)
+	}
+	seqs := ""
+	if rep.Sequences > 1 {
+		seqs = fmt.Sprintf(" x %d sequences", rep.Sequences)
+	}
+	fmt.Fprintf(w, "model %s, %d layers, format %s, page %d tokens\n\n", rep.Model, rep.Layers, rep.Format, rep.PageSize)
+	width := len("layer kind")
+	for _, k := range rep.Kinds {
+		width = max(width, len(k.Layer)+1+len(k.Format))
+	}
+	fmt.Fprintf(w, "  %-*s %6s %17s %12s %12s\n", width, "layer kind", "layers", "bytes/token/layer", "held tokens", "KV bytes")
+	for _, k := range rep.Kinds {
+		fmt.Fprintf(w, "  %-*s %6d %17.0f %12d %12s\n", width, k.Layer+" "+k.Format, k.Count, k.BytesPerToken, k.HeldTokens,
+			gokv.FormatSize(k.Bytes))
+	}
+	fmt.Fprintf(w, "\n  bytes per token (all layers): %.0f (%s)\n", rep.BytesPerToken, gokv.FormatSize(int64(rep.BytesPerToken+0.5)))
+	if rep.MarginalBytesPerToken != rep.BytesPerToken {
+		fmt.Fprintf(w, "  marginal bytes per token once windows are full: %.0f\n", rep.MarginalBytesPerToken)
+	}
+	fmt.Fprintf(w, "  KV cache at %d tokens%s: %d bytes (%s)\n", rep.Context, seqs, rep.Bytes, gokv.FormatSize(rep.Bytes))
+	if rep.Fits == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "\n  memory %s - weights %s - overhead %s = %s for the KV cache\n", gokv.FormatSize(rep.MemoryBytes),
+		gokv.FormatSize(rep.WeightsBytes), gokv.FormatSize(rep.OverheadBytes), gokv.FormatSize(rep.BudgetBytes))
+	verdict := "does not fit"
+	if *rep.Fits {
+		verdict = "fits"
+	}
+	fmt.Fprintf(w, "  %d tokens%s %s\n", rep.Context, seqs, verdict)
+	switch {
+	case rep.MaxContextUnbounded:
+		fmt.Fprintf(w, "  max context: unbounded by memory (every layer is windowed, or the budget is huge)\n")
+	case rep.MaxContext == 0:
+		fmt.Fprintf(w, "  max context: 0 (not even an empty cache fits)\n")
+	default:
+		fmt.Fprintf(w, "  max context: %d tokens (%s)%s\n", rep.MaxContext, humanCount(rep.MaxContext), seqs)
+	}
+	return nil
+}
