@@ -18,7 +18,8 @@ JOBS ?= 2
 OUT := build/out
 RELEASE_DIR := $(OUT)/release
 ASAN_DIR := $(OUT)/asan
-GENERATOR := $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
+# Ninja when present, decided when cmake runs (deps.sh may have just installed it).
+GENERATOR = $$(command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_ARGS ?=
 GO ?= go
 GO_TEST_FLAGS ?= -race -count=1

@@ -61,11 +61,8 @@ func buildAttend(c *cache, tc attendCase, headsQ int, rng *rand.Rand) attendInpu
 		in.rows = append(in.rows, r)
 		b.QIndptr = append(b.QIndptr, b.QIndptr[i]+int32(r))
 		table := append([]int32(nil), c.pages[i]...)
-		// Release page 1. KIVI: only where its tokens are all quantized into the page; whether ring tokens
-		// of a released page are visible is left out here (gokv.h says invisible, the CPU backend reads
-		// the ring regardless).
-		if tc.release && len(table) > 1 &&
-			(!c.desc.Format.KIVI() || KIVIQuantizedLen(l, c.desc.GroupSize, c.desc.Residual) >= 2*c.desc.PageSize) {
+		// Release page 1; for KIVI, some of its tokens may still be in the residual ring: they are hidden too.
+		if tc.release && len(table) > 1 {
 			table[1] = -1
 		}
 		b.PageIDs = append(b.PageIDs, table...)
