@@ -85,6 +85,16 @@ static gokv_status check_indptr(const char *op, const char *name, const int32_t 
     return GOKV_OK;
 }
 
+/* The batch shape every call shares: the row indptr, the page indptr, and the page ids they index. */
+static gokv_status check_batch(const char *op, int32_t n_seqs, const char *rows_name, const int32_t *rows_indptr,
+                               const int32_t *page_indptr, const int32_t *page_ids) {
+    gokv_status st;
+    if ((st = check_indptr(op, rows_name, rows_indptr, n_seqs))) return st;
+    if ((st = check_indptr(op, "page_indptr", page_indptr, n_seqs))) return st;
+    if (!page_ids && page_indptr[n_seqs] > 0) FAIL(GOKV_EINVAL, "%s: page_ids is NULL", op);
+    return GOKV_OK;
+}
+
 /* Every entry of sequence s's page table is -1 or a page of the pool, and it covers len tokens. */
 static gokv_status check_table(const char *op, const gokv_pool *pool, int32_t s, const int32_t *ids, int32_t n,
                                int64_t len) {
@@ -178,9 +188,7 @@ gokv_status gokv_validate_write(const char *op, gokv_pool *pool, const gokv_writ
     if (st) return st;
     if (d->n_seqs < 0) FAIL(GOKV_EINVAL, "%s: n_seqs %d is negative", op, d->n_seqs);
     if (d->n_seqs == 0) return GOKV_OK;
-    if ((st = check_indptr(op, "tok_indptr", d->tok_indptr, d->n_seqs))) return st;
-    if ((st = check_indptr(op, "page_indptr", d->page_indptr, d->n_seqs))) return st;
-    if (!d->page_ids && d->page_indptr[d->n_seqs] > 0) FAIL(GOKV_EINVAL, "%s: page_ids is NULL", op);
+    if ((st = check_batch(op, d->n_seqs, "tok_indptr", d->tok_indptr, d->page_indptr, d->page_ids))) return st;
     if (!d->start_pos) FAIL(GOKV_EINVAL, "%s: start_pos is NULL", op);
     const gokv_layout *L = &pool->layout;
     const int64_t rows = d->tok_indptr[d->n_seqs];
@@ -210,9 +218,7 @@ gokv_status gokv_validate_read(const char *op, gokv_pool *pool, const gokv_read_
     if (st) return st;
     if (d->n_seqs < 0) FAIL(GOKV_EINVAL, "%s: n_seqs %d is negative", op, d->n_seqs);
     if (d->n_seqs == 0) return GOKV_OK;
-    if ((st = check_indptr(op, "tok_indptr", d->tok_indptr, d->n_seqs))) return st;
-    if ((st = check_indptr(op, "page_indptr", d->page_indptr, d->n_seqs))) return st;
-    if (!d->page_ids && d->page_indptr[d->n_seqs] > 0) FAIL(GOKV_EINVAL, "%s: page_ids is NULL", op);
+    if ((st = check_batch(op, d->n_seqs, "tok_indptr", d->tok_indptr, d->page_indptr, d->page_ids))) return st;
     if (!d->kv_len) FAIL(GOKV_EINVAL, "%s: kv_len is NULL", op);
     if (!d->start_pos) FAIL(GOKV_EINVAL, "%s: start_pos is NULL", op);
     if (d->tok_indptr[d->n_seqs] > 0 && !d->k_out) FAIL(GOKV_EINVAL, "%s: k_out is NULL", op);
@@ -309,9 +315,7 @@ gokv_status gokv_validate_attend(const char *op, gokv_device *dev, const gokv_at
             if (!isfinite(d->sink_logits[h]))
                 FAIL(GOKV_EINVAL, "%s: sink_logits[%d]=%g is not finite", op, h, d->sink_logits[h]);
     if (d->n_seqs == 0) return GOKV_OK;
-    if ((st = check_indptr(op, "q_indptr", d->q_indptr, d->n_seqs))) return st;
-    if ((st = check_indptr(op, "page_indptr", d->page_indptr, d->n_seqs))) return st;
-    if (!d->page_ids && d->page_indptr[d->n_seqs] > 0) FAIL(GOKV_EINVAL, "%s: page_ids is NULL", op);
+    if ((st = check_batch(op, d->n_seqs, "q_indptr", d->q_indptr, d->page_indptr, d->page_ids))) return st;
     if (!d->kv_len) FAIL(GOKV_EINVAL, "%s: kv_len is NULL", op);
     if (!d->q_pos) FAIL(GOKV_EINVAL, "%s: q_pos is NULL", op);
     if (d->valid_mask && (st = check_indptr(op, "valid_indptr", d->valid_indptr, d->n_seqs))) return st;
