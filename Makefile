@@ -1,9 +1,13 @@
 # gokv: one entry point for building and testing everything (CI runs `make test` via .ci/run).
 #
-#   make test      deps, native release build + ctest, ASan+UBSan build + ctest, go vet, go test -race
+#   make test      deps, native release build + ctest (CPU and Vulkan on lavapipe, validation on),
+#                  ASan+UBSan build + ctest (CPU), go vet, go test -race, go test -tags vulkan
 #   make build     native release build + go build
 #   make native    native release build + ctest
+#   make vulkan    the Vulkan module: build/out/release/native/vulkan/libgokv_vulkan.a and
+#                  build/out/release/pkgconfig/gokv-vulkan.pc (for go build -tags vulkan)
 #   make go-test   go vet + go test -race
+#   make go-test-vulkan   go test -tags vulkan ./... against the Vulkan module, validation layer on
 #   make clean     removes build/out
 #
 # Build output goes only under build/out/ (gitignored).
@@ -21,24 +25,28 @@ ASAN_DIR := $(OUT)/asan
 # Ninja when present, decided when cmake runs (deps.sh may have just installed it).
 GENERATOR = $$(command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_ARGS ?=
+# The Vulkan module: ON here (build/deps.sh installs what it needs on Debian); OFF skips it everywhere.
+GOKV_VULKAN ?= ON
+PKG_CONFIG_DIR := $(CURDIR)/$(RELEASE_DIR)/pkgconfig
 GO ?= go
 GO_TEST_FLAGS ?= -race -count=1
 
-.PHONY: all test build native native-asan go-build go-vet go-test deps clean
+.PHONY: all test build native native-asan vulkan go-build go-vet go-test go-test-vulkan deps clean
 
 all: build
 
-test: deps native native-asan go-test
+test: deps native native-asan go-test go-test-vulkan
 
 deps:
 	build/deps.sh
 
 # Configure only if needed; cmake re-runs itself when CMakeLists or globbed sources change.
 $(RELEASE_DIR)/CMakeCache.txt:
-	cmake -S . -B $(RELEASE_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake -S . -B $(RELEASE_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DGOKV_VULKAN=$(GOKV_VULKAN) $(CMAKE_ARGS)
 
 $(ASAN_DIR)/CMakeCache.txt:
-	cmake -S . -B $(ASAN_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGOKV_SANITIZE=ON $(CMAKE_ARGS)
+	# No Vulkan here: the sanitizers would instrument lavapipe's LLVM JIT callbacks too, and its leaks.
+	cmake -S . -B $(ASAN_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGOKV_SANITIZE=ON -DGOKV_VULKAN=OFF $(CMAKE_ARGS)
 
 native: $(RELEASE_DIR)/CMakeCache.txt
 	cmake --build $(RELEASE_DIR) -j$(JOBS)
@@ -49,6 +57,10 @@ native-asan: $(ASAN_DIR)/CMakeCache.txt
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure -j$(JOBS)
 
+vulkan: $(RELEASE_DIR)/CMakeCache.txt
+	cmake --build $(RELEASE_DIR) -j$(JOBS) --target gokv_vulkan
+	@echo "Vulkan module built; for go build -tags vulkan: export PKG_CONFIG_PATH=$(PKG_CONFIG_DIR)"
+
 go-build:
 	$(GO) build ./...
 
@@ -57,6 +69,12 @@ go-vet:
 
 go-test: go-vet
 	$(GO) test $(GO_TEST_FLAGS) ./...
+
+# Runs only when the Vulkan module is on (GOKV_VULKAN=OFF skips it).
+go-test-vulkan:
+	@if [ "$(GOKV_VULKAN)" = "OFF" ]; then echo "GOKV_VULKAN=OFF: skipping go test -tags vulkan"; else \
+	  $(MAKE) --no-print-directory vulkan && \
+	  PKG_CONFIG_PATH=$(PKG_CONFIG_DIR) GOKV_VULKAN_VALIDATION=1 $(GO) test -tags vulkan -count=1 ./...; fi
 
 build: $(RELEASE_DIR)/CMakeCache.txt go-build
 	cmake --build $(RELEASE_DIR) -j$(JOBS)

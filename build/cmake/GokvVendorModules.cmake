@@ -1,14 +1,19 @@
-# Vendor modules (DESIGN.md §7). Each is opt-in and is enabled only when its SDK is found.
-# None is implemented yet: the checks below only report what they found, so that turning an option
-# on never pretends to build a module that does not exist.
+# Vendor modules (DESIGN.md §7). Vulkan is built when its SDK is found; Metal and SYCL are not
+# implemented yet: their checks only report what they found, so that turning an option on never pretends
+# to build a module that does not exist.
 include_guard(GLOBAL)
 
-if(GOKV_VULKAN)
+# Vulkan: AUTO builds it when the headers, the loader and glslc are all found; ON insists.
+if(NOT GOKV_VULKAN STREQUAL "OFF")
   find_package(Vulkan QUIET COMPONENTS glslc)
-  if(Vulkan_FOUND)
-    message(STATUS "gokv: Vulkan SDK found (${Vulkan_LIBRARY}); the Vulkan module is not yet implemented")
+  if(Vulkan_FOUND AND TARGET Vulkan::glslc)
+    message(STATUS "gokv: building the Vulkan module (${Vulkan_LIBRARY}, ${Vulkan_GLSLC_EXECUTABLE})")
+    add_subdirectory(native/vulkan)
+  elseif(GOKV_VULKAN STREQUAL "AUTO")
+    message(STATUS "gokv: Vulkan headers/loader or glslc not found; the Vulkan module is not built")
   else()
-    message(STATUS "gokv: GOKV_VULKAN=ON but the Vulkan SDK/glslc was not found; the Vulkan module is not yet implemented")
+    message(FATAL_ERROR "gokv: GOKV_VULKAN=ON but the Vulkan headers/loader or glslc were not found "
+                        "(Debian: build/deps.sh installs libvulkan-dev and glslc)")
   endif()
 endif()
 

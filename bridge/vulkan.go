@@ -1,0 +1,31 @@
+//go:build vulkan
+
+package bridge
+
+// The Vulkan module (native/vulkan), linked under the vulkan build tag from the static library that
+// CMake builds (`make vulkan`), found through pkg-config: point PKG_CONFIG_PATH at build/out/release/pkgconfig
+// (or at an installed lib/pkgconfig). The C core and the CPU module still come from this package's cgo
+// files; the library adds only the backend, which init registers as "vulkan" (and as the "auto" choice).
+
+/*
+#cgo pkg-config: gokv-vulkan
+#include "gokv_vulkan.h"
+*/
+import "C"
+
+func init() {
+	// Registration fails only when the registry is full (8 backends); "vulkan" is then absent and
+	// OpenDevice names it as not compiled in. No panic at init.
+	_ = C.gokv_vulkan_register()
+}
+
+// VulkanValidationMessages counts the Vulkan validation messages (warnings and errors) received so far,
+// when devices were opened with GOKV_VULKAN_VALIDATION=1. Tests assert it stays at zero.
+func VulkanValidationMessages() uint64 { return uint64(C.gokv_vulkan_validation_messages()) }
+
+// VulkanInjectFailure makes the next queue submission (site 0) or memory allocation (site 1) of any
+// Vulkan device fail with the given VkResult, to test error paths (device lost = -4, out of device
+// memory = -2).
+func VulkanInjectFailure(site int, vkResult int) {
+	C.gokv_vulkan_test_inject(C.int32_t(site), C.int32_t(vkResult))
+}

@@ -1,0 +1,207 @@
+/*
+ * vk_internal.h: the Vulkan module's internals, shared by its host files (vk_device.c: instance, device,
+ * memory, pipelines, command submission, pools and copies; vk_store.c: quantize-on-write and
+ * dequantize-on-read; vk_attend.c: fused attention). Not part of the ABI.
+ *
+ * Execution model: every ABI call records one command buffer on the device's single compute queue, submits
+ * it and waits for it (the ABI is synchronous, and caller buffers are never retained). A call goes:
+ *
+ *     vkb_call c;
+ *     st = vkb_call_begin(dev, pool, up_bytes, scratch_bytes, down_bytes, &c);   // locks the device
+ *     if (st) return st;
+ *     ... fill c.up (host-visible, mapped, coherent) with inputs and metadata ...
+ *     vkb_cmd_dispatch(&c, pipeline, &push, sizeof push, gx, gy, 1);
+ *     vkb_cmd_barrier(&c);                      // between dependent dispatches
+ *     st = vkb_call_submit(&c);                  // ends, submits, waits
+ *     if (!st) ... read c.down (host-visible, mapped) ...
+ *     vkb_call_end(&c);                          // unlocks; always called after a successful begin
+ *
+ * Every shader sees one descriptor set (set 0) with five storage buffers, bound by vkb_call_begin:
+ *     binding 0  pages    the pool's page storage (device-local), page p at byte p * L.page_bytes
+ *     binding 1  rings    the pool's KIVI residual slots (device-local; a small dummy when there are none)
+ *     binding 2  up       this call's inputs (host-visible), up_bytes
+ *     binding 3  scratch  this call's device-local scratch (split-K partials, baseline copies), scratch_bytes
+ *     binding 4  down     this call's outputs (host-visible), down_bytes
+ * Byte offsets inside up/scratch/down are the caller's business (pass them as push constants, in 4-byte
+ * words). Push constants: at most VKB_PUSH_BYTES bytes, one range for all stages.
+ *
+ * Shaders are GLSL compute files in shaders/ (compiled to SPIR-V by CMake, embedded, looked up by file
+ * name without ".comp"). Specialization constants: constant_id i takes spec[i] (see VKB_SPEC_*, filled
+ * from the pool's layout by vkb_pool_spec and then per call by the op); shaders/common.glsl declares them.
+ */
+#ifndef GOKV_VK_INTERNAL_H
+#define GOKV_VK_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <vulkan/vulkan.h>
+
+#include "gokv_backend.h"
+#include "gokv_vulkan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VKB_PUSH_BYTES 128u
+#define VKB_N_BINDINGS 5u
+
+/* Specialization constant ids (constant_id in GLSL = the enum value). Keep in sync with common.glsl. */
+enum {
+    VKB_SPEC_FORMAT = 0,     /* GOKV_FORMAT_* */
+    VKB_SPEC_BITS = 1,       /* 32, 16, 8, 4, 2 */
+    VKB_SPEC_GROUP = 2,      /* g (0 for f32/f16) */
+    VKB_SPEC_PAGE_SIZE = 3,  /* P */
+    VKB_SPEC_N_KV_HEADS = 4,
+    VKB_SPEC_D_K = 5,
+    VKB_SPEC_D_V = 6,
+    VKB_SPEC_V_IS_K_PREFIX = 7,
+    VKB_SPEC_KIVI = 8,
+    VKB_SPEC_RING_ROWS = 9,  /* R + g (KIVI) */
+    VKB_SPEC_PAGE_WORDS = 10,      /* page_bytes / 4 */
+    VKB_SPEC_K_CODES_W = 11,       /* section offsets inside a page: codes in words, scale/bias in halves */
+    VKB_SPEC_K_SCALE_H = 12,
+    VKB_SPEC_K_BIAS_H = 13,
+    VKB_SPEC_V_CODES_W = 14,
+    VKB_SPEC_V_SCALE_H = 15,
+    VKB_SPEC_V_BIAS_H = 16,
+    VKB_SPEC_K_CODES_HEAD_W = 17,  /* one kv head's share of each section */
+    VKB_SPEC_K_SB_HEAD_H = 18,
+    VKB_SPEC_V_CODES_HEAD_W = 19,
+    VKB_SPEC_V_SB_HEAD_H = 20,
+    VKB_SPEC_K_ROW_W = 21,         /* words per token row (KIVI keys: per token group of g) */
+    VKB_SPEC_V_ROW_W = 22,
+    VKB_SPEC_K_GROUPS = 23,        /* scale/bias entries per row (KIVI keys: d_k per token group) */
+    VKB_SPEC_V_GROUPS = 24,
+    VKB_SPEC_RING_K_H = 25,        /* ring sections inside a slot, in halves */
+    VKB_SPEC_RING_V_H = 26,
+    VKB_SPEC_RING_HALVES = 27,     /* ring_bytes / 2 per slot */
+    VKB_SPEC_WG_SIZE = 28,         /* local_size_x (local_size_x_id = 28) */
+    VKB_SPEC_SUBGROUP_SIZE = 29,   /* the size requested for the pipeline, or the device's default */
+    VKB_SPEC_OP0 = 30,             /* free for the op's own constants (e.g. queries per work item) */
+    VKB_SPEC_OP1 = 31,
+    VKB_SPEC_OP2 = 32,
+    VKB_SPEC_OP3 = 33,
+    VKB_SPEC_COUNT = 34
+};
+
+typedef struct vkb_buffer {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceSize size;
+    void *map; /* mapped pointer for host-visible buffers, else NULL */
+} vkb_buffer;
+
+typedef struct vkb_pipeline_entry {
+    char shader[32];
+    uint32_t spec[VKB_SPEC_COUNT];
+    VkPipeline pipeline;
+} vkb_pipeline_entry;
+
+/* Per-vendor tuning knobs (README "Tuning"); defaults chosen at device open, env vars override. */
+typedef struct vkb_tuning {
+    uint32_t wg_size;        /* invocations per workgroup for the attention shaders (GOKV_VULKAN_WG) */
+    uint32_t subgroup_size;  /* requested subgroup size, 0 = the driver's choice (GOKV_VULKAN_SUBGROUP) */
+    int32_t chunk_size;      /* default split-K chunk in tokens when the call passes 0 (GOKV_VULKAN_CHUNK) */
+    uint32_t shared_budget;  /* bytes of shared memory an attention workgroup may use for its queries */
+} vkb_tuning;
+
+typedef struct vkb_device {
+    VkInstance instance;
+    VkDebugUtilsMessengerEXT messenger; /* validation messages, when GOKV_VULKAN_VALIDATION=1 */
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t queue_family;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem_props;
+    uint32_t subgroup_size;        /* the device's default (VkPhysicalDeviceSubgroupProperties) */
+    uint32_t subgroup_min, subgroup_max;
+    int subgroup_control;          /* 1 when compute pipelines may require a subgroup size */
+    uint32_t max_shared_bytes;     /* maxComputeSharedMemorySize */
+    uint32_t max_wg_invocations;   /* maxComputeWorkGroupInvocations */
+    uint32_t max_groups[3];        /* maxComputeWorkGroupCount */
+    VkDeviceSize max_storage_range;/* maxStorageBufferRange */
+    uint64_t device_local_bytes;   /* largest device-local heap */
+    vkb_tuning tune;
+
+    pthread_mutex_t mu;            /* one call at a time records/submits on this device */
+    int lost;                      /* set after VK_ERROR_DEVICE_LOST: every later call fails */
+    VkCommandPool cmd_pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout pipeline_layout;
+    VkDescriptorPool desc_pool;
+    VkDescriptorSet set;
+    VkPipelineCache pipeline_cache;
+    vkb_buffer up, scratch, down;  /* grown on demand, reused across calls */
+    vkb_buffer dummy;              /* bound where a pool has no ring */
+    pthread_mutex_t pipe_mu;       /* guards the pipeline cache (ops may ask inside or outside a call) */
+    vkb_pipeline_entry *pipelines; /* cache by (shader, spec) */
+    int32_t n_pipelines, cap_pipelines;
+} vkb_device;
+
+typedef struct vkb_pool {
+    gokv_layout L;
+    int32_t n_pages, n_slots;
+    vkb_buffer pages; /* n_pages * L.page_bytes, device-local, zero-filled at creation */
+    vkb_buffer ring;  /* n_slots * L.ring_bytes, device-local (size 0: none) */
+    uint32_t spec[VKB_SPEC_COUNT]; /* the layout's constants, see vkb_pool_spec */
+} vkb_pool;
+
+typedef struct vkb_call {
+    vkb_device *d;
+    vkb_pool *p;
+    VkCommandBuffer cmd;
+    uint8_t *up;   /* mapped inputs, up_bytes */
+    uint8_t *down; /* mapped outputs, down_bytes (valid after vkb_call_submit) */
+    VkDeviceSize up_bytes, scratch_bytes, down_bytes;
+    VkPipeline bound;
+} vkb_call;
+
+/* ---- vk_device.c ---- */
+
+/* Fills spec[] with the pool's layout constants and the device's tuning (WG_SIZE, SUBGROUP_SIZE); the
+ * OP slots are 0. Ops copy this and set their own slots before vkb_get_pipeline. */
+void vkb_pool_spec(const vkb_device *d, const gokv_layout *L, uint32_t spec[VKB_SPEC_COUNT]);
+/* The compute pipeline of shaders/<shader>.comp specialized with spec (cached per device). */
+gokv_status vkb_get_pipeline(vkb_device *d, const char *shader, const uint32_t spec[VKB_SPEC_COUNT], VkPipeline *out);
+
+gokv_status vkb_call_begin(vkb_device *d, vkb_pool *p, VkDeviceSize up_bytes, VkDeviceSize scratch_bytes,
+                           VkDeviceSize down_bytes, vkb_call *c);
+/* Binds the pipeline (if not bound), pushes the constants, dispatches gx*gy*gz workgroups. Each count
+ * must be within d->max_groups (the op splits larger grids; 65535 is always allowed). */
+void vkb_cmd_dispatch(vkb_call *c, VkPipeline pipeline, const void *push, uint32_t push_bytes, uint32_t gx,
+                      uint32_t gy, uint32_t gz);
+/* Makes all earlier shader and transfer writes visible to later shader, transfer and host reads. */
+void vkb_cmd_barrier(vkb_call *c);
+/* Ends, submits and waits. Maps Vulkan errors to statuses (device lost: GOKV_EDEVICE, and the device is
+ * marked lost; out of memory: GOKV_ENOMEM) with a message naming op. */
+gokv_status vkb_call_submit(vkb_call *c, const char *op);
+void vkb_call_end(vkb_call *c);
+
+/* Status and message for a failed Vulkan call (marks the device lost on VK_ERROR_DEVICE_LOST). */
+gokv_status vkb_error(vkb_device *d, VkResult r, const char *op, const char *what);
+const char *vkb_result_name(VkResult r);
+
+/* ---- vk_store.c: backend slots pool_write and pool_read ---- */
+gokv_status vkb_pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *desc);
+gokv_status vkb_pool_read(void *dev, void *pool, const gokv_layout *L, const gokv_read_desc *desc);
+
+/* ---- vk_attend.c: backend slot attend ---- */
+gokv_status vkb_attend(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *desc);
+
+/* ---- embedded SPIR-V (generated by CMake from the shaders folder) ---- */
+typedef struct vkb_spirv {
+    const char *name; /* file name without .comp */
+    const uint32_t *code;
+    size_t size_bytes;
+} vkb_spirv;
+extern const vkb_spirv gokv_vk_spirv[];
+extern const int32_t gokv_vk_spirv_count;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
