@@ -24,6 +24,11 @@ gokv_status gokv_vulkan_register(void);
 /* Validation messages (warning or error severity) received since the process started. */
 uint64_t gokv_vulkan_validation_messages(void);
 
+/* The device's copy bandwidth in GB/s: bytes read plus bytes written per second by vkCmdCopyBuffer
+ * between two device-local buffers of `bytes` each (clamped to the device's limits), timed with GPU
+ * timestamps, best of three rounds. The floor `gokv bench --backend vulkan` reports against. */
+gokv_status gokv_vulkan_measure_copy_gbps(gokv_device *dev, uint64_t bytes, double *gbps);
+
 /* Test hooks: the next vkQueueSubmit (site 0) or vkAllocateMemory (site 1) of any device fails with
  * vk_result (e.g. VK_ERROR_DEVICE_LOST = -4, VK_ERROR_OUT_OF_DEVICE_MEMORY = -2) instead of running. */
 enum { GOKV_VULKAN_INJECT_SUBMIT = 0, GOKV_VULKAN_INJECT_ALLOC = 1 };

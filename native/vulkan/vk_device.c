@@ -132,15 +132,14 @@ static int32_t find_memory_type(const vkb_device *d, uint32_t type_bits, VkMemor
     return fallback;
 }
 
-static void buffer_destroy(vkb_device *d, vkb_buffer *b) {
+void vkb_buffer_destroy(vkb_device *d, vkb_buffer *b) {
     if (b->map) vkUnmapMemory(d->dev, b->mem);
     if (b->buf) vkDestroyBuffer(d->dev, b->buf, NULL);
     if (b->mem) vkFreeMemory(d->dev, b->mem, NULL);
     memset(b, 0, sizeof *b);
 }
 
-/* Creates a storage buffer of size bytes: device-local, or host-visible and mapped (host = 1). */
-static gokv_status buffer_create(vkb_device *d, VkDeviceSize size, int host, const char *op, const char *what,
+gokv_status vkb_buffer_create(vkb_device *d, VkDeviceSize size, int host, const char *op, const char *what,
                                  vkb_buffer *out) {
     memset(out, 0, sizeof *out);
     if (size > d->max_storage_range)
@@ -162,7 +161,7 @@ static gokv_status buffer_create(vkb_device *d, VkDeviceSize size, int host, con
     int32_t type = find_memory_type(d, req.memoryTypeBits, want, prefer);
     if (type < 0 && !host) type = find_memory_type(d, req.memoryTypeBits, 0, 0);
     if (type < 0) {
-        buffer_destroy(d, out);
+        vkb_buffer_destroy(d, out);
         return gokv_set_error(GOKV_ENOMEM, "%s: vulkan: no %s memory type for %s", op,
                               host ? "host-visible coherent" : "device", what);
     }
@@ -173,7 +172,7 @@ static gokv_status buffer_create(vkb_device *d, VkDeviceSize size, int host, con
     if (r == VK_SUCCESS) r = vkAllocateMemory(d->dev, &ai, NULL, &out->mem);
     if (r != VK_SUCCESS) {
         out->mem = VK_NULL_HANDLE;
-        buffer_destroy(d, out);
+        vkb_buffer_destroy(d, out);
         char w[160];
         snprintf(w, sizeof w, "allocating %llu bytes for %s", (unsigned long long)req.size, what);
         return vkb_error(d, r, op, w);
@@ -181,7 +180,7 @@ static gokv_status buffer_create(vkb_device *d, VkDeviceSize size, int host, con
     r = vkBindBufferMemory(d->dev, out->buf, out->mem, 0);
     if (r == VK_SUCCESS && host) r = vkMapMemory(d->dev, out->mem, 0, VK_WHOLE_SIZE, 0, &out->map);
     if (r != VK_SUCCESS) {
-        buffer_destroy(d, out);
+        vkb_buffer_destroy(d, out);
         return vkb_error(d, r, op, what);
     }
     out->size = size;
@@ -196,8 +195,8 @@ static gokv_status buffer_reserve(vkb_device *d, vkb_buffer *b, VkDeviceSize siz
     VkDeviceSize want = b->size * 2 > size ? b->size * 2 : size;
     want = (want + 65535u) & ~(VkDeviceSize)65535u;
     if (want > d->max_storage_range) want = size;
-    buffer_destroy(d, b);
-    return buffer_create(d, want, host, op, what, b);
+    vkb_buffer_destroy(d, b);
+    return vkb_buffer_create(d, want, host, op, what, b);
 }
 
 /* ---- pipelines ---- */
@@ -721,7 +720,7 @@ static gokv_status create_objects(vkb_device *d) {
     VK_TRY(d, vkAllocateDescriptorSets(d->dev, &dsai, &d->set), op, "vkAllocateDescriptorSets");
     VkPipelineCacheCreateInfo pcci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
     VK_TRY(d, vkCreatePipelineCache(d->dev, &pcci, NULL, &d->pipeline_cache), op, "vkCreatePipelineCache");
-    gokv_status st = buffer_create(d, 256, 0, op, "the dummy ring buffer", &d->dummy);
+    gokv_status st = vkb_buffer_create(d, 256, 0, op, "the dummy ring buffer", &d->dummy);
     if (st == GOKV_OK) st = buffer_reserve(d, &d->up, 1u << 20, 1, op, "the upload buffer");
     if (st == GOKV_OK) st = buffer_reserve(d, &d->scratch, 1u << 20, 0, op, "the scratch buffer");
     if (st == GOKV_OK) st = buffer_reserve(d, &d->down, 1u << 20, 1, op, "the download buffer");
@@ -734,10 +733,10 @@ static void device_close(void *dev_) {
     if (d->dev) {
         vkDeviceWaitIdle(d->dev);
         for (int32_t i = 0; i < d->n_pipelines; i++) vkDestroyPipeline(d->dev, d->pipelines[i].pipeline, NULL);
-        buffer_destroy(d, &d->up);
-        buffer_destroy(d, &d->scratch);
-        buffer_destroy(d, &d->down);
-        buffer_destroy(d, &d->dummy);
+        vkb_buffer_destroy(d, &d->up);
+        vkb_buffer_destroy(d, &d->scratch);
+        vkb_buffer_destroy(d, &d->down);
+        vkb_buffer_destroy(d, &d->dummy);
         if (d->pipeline_cache) vkDestroyPipelineCache(d->dev, d->pipeline_cache, NULL);
         if (d->desc_pool) vkDestroyDescriptorPool(d->dev, d->desc_pool, NULL);
         if (d->pipeline_layout) vkDestroyPipelineLayout(d->dev, d->pipeline_layout, NULL);
@@ -802,8 +801,8 @@ static gokv_status device_info(void *dev_, gokv_device_info *out) {
 
 static void pool_free(vkb_device *d, vkb_pool *p) {
     pthread_mutex_lock(&d->mu);
-    buffer_destroy(d, &p->pages);
-    buffer_destroy(d, &p->ring);
+    vkb_buffer_destroy(d, &p->pages);
+    vkb_buffer_destroy(d, &p->ring);
     pthread_mutex_unlock(&d->mu);
     free(p);
 }
@@ -827,8 +826,8 @@ static gokv_status pool_create(void *dev_, const gokv_pool_desc *desc, const gok
     vkb_pool_spec(d, L, p->spec);
     pthread_mutex_lock(&d->mu);
     gokv_status st = d->lost ? gokv_set_error(GOKV_EDEVICE, "%s: vulkan: the device was lost; close it and open a new one", op)
-                             : buffer_create(d, page_bytes, 0, op, "the pool's pages", &p->pages);
-    if (st == GOKV_OK && ring_bytes) st = buffer_create(d, ring_bytes, 0, op, "the pool's residual slots", &p->ring);
+                             : vkb_buffer_create(d, page_bytes, 0, op, "the pool's pages", &p->pages);
+    if (st == GOKV_OK && ring_bytes) st = vkb_buffer_create(d, ring_bytes, 0, op, "the pool's residual slots", &p->ring);
     pthread_mutex_unlock(&d->mu);
     if (st != GOKV_OK) {
         pool_free(d, p);

@@ -34,6 +34,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 #include <vulkan/vulkan.h>
 
 #include "gokv_backend.h"
@@ -162,6 +163,12 @@ typedef struct vkb_call {
 
 /* ---- vk_device.c ---- */
 
+/* Creates a storage (and transfer) buffer of size bytes: device-local, or host-visible, coherent and
+ * mapped (host = 1). Errors name op and what. Destroying a zeroed buffer is a no-op. */
+gokv_status vkb_buffer_create(vkb_device *d, VkDeviceSize size, int host, const char *op, const char *what,
+                              vkb_buffer *out);
+void vkb_buffer_destroy(vkb_device *d, vkb_buffer *b);
+
 /* Fills spec[] with the pool's layout constants and the device's tuning (WG_SIZE, SUBGROUP_SIZE); the
  * OP slots are 0. Ops copy this and set their own slots before vkb_get_pipeline. */
 void vkb_pool_spec(const vkb_device *d, const gokv_layout *L, uint32_t spec[VKB_SPEC_COUNT]);
@@ -184,6 +191,22 @@ void vkb_call_end(vkb_call *c);
 /* Status and message for a failed Vulkan call (marks the device lost on VK_ERROR_DEVICE_LOST). */
 gokv_status vkb_error(vkb_device *d, VkResult r, const char *op, const char *what);
 const char *vkb_result_name(VkResult r);
+
+/* ---- vk_bench.c: measurements for gokv bench ---- */
+
+/* The Vulkan device behind a gokv_device (NULL, with an error naming op, for another backend's). */
+vkb_device *vkb_device_of(gokv_device *dev, const char *op);
+
+/* Times recorded work with two GPU timestamps (host time where the queue has no timestamps). */
+typedef struct vkb_timer {
+    VkQueryPool pool;
+    struct timespec host0;
+} vkb_timer;
+gokv_status vkb_timer_create(vkb_device *d, vkb_timer *t, const char *op);
+void vkb_timer_start(vkb_call *c, vkb_timer *t);
+void vkb_timer_stop(vkb_call *c, vkb_timer *t);
+double vkb_timer_ms(vkb_device *d, vkb_timer *t); /* after vkb_call_submit */
+void vkb_timer_destroy(vkb_device *d, vkb_timer *t);
 
 /* ---- vk_store.c: backend slots pool_write and pool_read ---- */
 gokv_status vkb_pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *desc);

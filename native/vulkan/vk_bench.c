@@ -1,0 +1,126 @@
+/*
+ * vk_bench.c: what `gokv bench --backend vulkan` measures besides the ABI calls: the device's copy
+ * bandwidth (the floor that attention's speed is reported against, DESIGN.md §9) and attention timed as
+ * an engine runs it (many layers' dispatches in one submission, GPU timestamps, no host round trip per
+ * layer).
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gokv_core.h"
+#include "vk_internal.h"
+
+/* The Vulkan device behind a gokv_device, or NULL with an error naming op. */
+vkb_device *vkb_device_of(gokv_device *dev, const char *op) {
+    if (!dev) {
+        gokv_set_error(GOKV_EINVAL, "%s: device is NULL", op);
+        return NULL;
+    }
+    if (dev->be != gokv_vulkan_backend()) {
+        gokv_set_error(GOKV_EINVAL, "%s: device belongs to backend \"%s\", not \"vulkan\"", op, dev->be->name);
+        return NULL;
+    }
+    return dev->impl;
+}
+
+/* GPU timer: two timestamps around recorded work; falls back to host time when the queue has none. */
+gokv_status vkb_timer_create(vkb_device *d, vkb_timer *t, const char *op) {
+    memset(t, 0, sizeof *t);
+    uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, NULL);
+    VkQueueFamilyProperties *qf = calloc(n ? n : 1, sizeof *qf);
+    if (!qf) return gokv_set_error(GOKV_ENOMEM, "%s: vulkan: out of memory", op);
+    vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, qf);
+    const int has = d->queue_family < n && qf[d->queue_family].timestampValidBits > 0 &&
+                    d->props.limits.timestampPeriod > 0;
+    free(qf);
+    if (!has) return GOKV_OK;
+    VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                .queryCount = 2};
+    VkResult r = vkCreateQueryPool(d->dev, &qi, NULL, &t->pool);
+    if (r != VK_SUCCESS) return vkb_error(d, r, op, "vkCreateQueryPool");
+    return GOKV_OK;
+}
+
+void vkb_timer_start(vkb_call *c, vkb_timer *t) {
+    if (t->pool) {
+        vkCmdResetQueryPool(c->cmd, t->pool, 0, 2);
+        vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, t->pool, 0);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t->host0);
+}
+
+void vkb_timer_stop(vkb_call *c, vkb_timer *t) {
+    if (t->pool) vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, t->pool, 1);
+}
+
+/* Milliseconds between start and stop, after the call was submitted; host time (submission included)
+ * without timestamps. */
+double vkb_timer_ms(vkb_device *d, vkb_timer *t) {
+    if (t->pool) {
+        uint64_t ts[2];
+        if (vkGetQueryPoolResults(d->dev, t->pool, 0, 2, sizeof ts, ts, sizeof ts[0],
+                                  VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
+            return (double)(ts[1] - ts[0]) * d->props.limits.timestampPeriod * 1e-6;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->host0.tv_sec) * 1e3 + (double)(now.tv_nsec - t->host0.tv_nsec) * 1e-6;
+}
+
+void vkb_timer_destroy(vkb_device *d, vkb_timer *t) {
+    if (t->pool) vkDestroyQueryPool(d->dev, t->pool, NULL);
+    memset(t, 0, sizeof *t);
+}
+
+gokv_status gokv_vulkan_measure_copy_gbps(gokv_device *dev, uint64_t bytes, double *gbps) {
+    const char *op = "gokv_vulkan_measure_copy_gbps";
+    vkb_device *d = vkb_device_of(dev, op);
+    if (!d) return GOKV_EINVAL;
+    if (!gbps) return gokv_set_error(GOKV_EINVAL, "%s: gbps is NULL", op);
+    if (bytes < (1u << 20)) return gokv_set_error(GOKV_EINVAL, "%s: bytes %llu is below 1 MiB", op, (unsigned long long)bytes);
+    if (bytes > d->max_storage_range) bytes = d->max_storage_range;
+    if (bytes > d->device_local_bytes / 4) bytes = d->device_local_bytes / 4;
+    bytes &= ~(uint64_t)255u;
+    enum { REPS = 8 };
+    vkb_buffer a, b;
+    pthread_mutex_lock(&d->mu);
+    gokv_status st = vkb_buffer_create(d, bytes, 0, op, "the copy source", &a);
+    if (st == GOKV_OK && (st = vkb_buffer_create(d, bytes, 0, op, "the copy destination", &b)) != GOKV_OK)
+        vkb_buffer_destroy(d, &a);
+    pthread_mutex_unlock(&d->mu);
+    if (st != GOKV_OK) return st;
+    vkb_timer t;
+    st = vkb_timer_create(d, &t, op);
+    double best = 0;
+    for (int round = 0; round < 3 && st == GOKV_OK; round++) {
+        vkb_call c;
+        if ((st = vkb_call_begin(d, NULL, 0, 0, 0, &c)) != GOKV_OK) break;
+        const VkBufferCopy region = {.srcOffset = 0, .dstOffset = 0, .size = bytes};
+        vkCmdFillBuffer(c.cmd, a.buf, 0, VK_WHOLE_SIZE, (uint32_t)round);
+        vkb_cmd_barrier(&c);
+        vkb_timer_start(&c, &t);
+        for (int i = 0; i < REPS; i++) {
+            vkCmdCopyBuffer(c.cmd, i % 2 ? b.buf : a.buf, i % 2 ? a.buf : b.buf, 1, &region);
+            vkb_cmd_barrier(&c);
+        }
+        vkb_timer_stop(&c, &t);
+        st = vkb_call_submit(&c, op);
+        vkb_call_end(&c);
+        if (st == GOKV_OK) {
+            const double ms = vkb_timer_ms(d, &t);
+            const double g = ms > 0 ? 2.0 * (double)bytes * REPS / (ms * 1e-3) / 1e9 : 0;
+            if (g > best) best = g;
+        }
+    }
+    vkb_timer_destroy(d, &t);
+    pthread_mutex_lock(&d->mu);
+    vkb_buffer_destroy(d, &a);
+    vkb_buffer_destroy(d, &b);
+    pthread_mutex_unlock(&d->mu);
+    if (st == GOKV_OK) *gbps = best;
+    return st;
+}
