@@ -134,7 +134,12 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 	if readBytes <= 0 {
 		readBytes = 512 << 20
 	}
-	ceil := measureCeilings(info.Threads, readBytes)
+	var ceil ceilings
+	if info.Backend == "cpu" {
+		ceil = measureCeilings(info.Threads, readBytes)
+	} else if ceil, err = deviceCeilings(dev, info, readBytes); err != nil {
+		return fmt.Errorf("measuring the %s device's floor: %w", info.Backend, err)
+	}
 	if !o.json {
 		fmt.Fprintf(stdout, "%s: %s, %d threads, %s\n", info.Backend, info.Name, info.Threads, info.Features)
 		peak := "not measured"
