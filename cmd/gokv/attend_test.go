@@ -213,98 +213,106 @@ type attendCase struct {
 	scale         float64
 }
 
+// attendCases is the table `gokv attend` is checked on, for every backend compiled in.
+var attendCases = []attendCase{
+	{name: "f32 decode gqa f8 input", format: "f32", dtype: "<f8", T: 1, S: 300, Hq: 8, Hkv: 2, dk: 64, dv: 64, decode: true},
+	{name: "f16 prefill window sinks", format: "f16", dtype: "<f4", T: 7, S: 200, Hq: 4, Hkv: 4, dk: 32, dv: 32,
+		window: 50, nSink: 4, sinks: true},
+	{name: "f16 decode f2 input", format: "f16", dtype: "<f2", T: 1, S: 130, Hq: 4, Hkv: 1, dk: 64, dv: 32, decode: true},
+	{name: "q8 decode", format: "q8:32", dtype: "<f4", T: 1, S: 257, Hq: 8, Hkv: 2, dk: 64, dv: 64, decode: true},
+	{name: "q4 prefill window", format: "q4:32", dtype: "<f4", T: 16, S: 333, Hq: 4, Hkv: 2, dk: 64, dv: 64,
+		window: 64, nSink: 2, scale: 0.3},
+	{name: "q4:64 decode sinks", format: "q4:64", dtype: "<f8", T: 1, S: 100, Hq: 6, Hkv: 3, dk: 128, dv: 64,
+		decode: true, sinks: true},
+	{name: "kivi2 decode", format: "kivi2:32:64", dtype: "<f4", T: 1, S: 300, Hq: 8, Hkv: 2, dk: 64, dv: 64, decode: true},
+	{name: "kivi4 prefill", format: "kivi4:32:32", dtype: "<f4", T: 9, S: 250, Hq: 4, Hkv: 2, dk: 32, dv: 64},
+	{name: "kivi2 mla decode", format: "kivi2:32:32", dtype: "<f4", T: 1, S: 190, Hq: 8, Hkv: 1, dk: 96, dv: 64,
+		mla: true, decode: true},
+	{name: "q4 mla prefill", format: "q4:32", dtype: "<f4", T: 4, S: 100, Hq: 4, Hkv: 1, dk: 96, dv: 64, mla: true},
+}
+
 func TestAttendMatchesFloat64Reference(t *testing.T) {
-	cases := []attendCase{
-		{name: "f32 decode gqa f8 input", format: "f32", dtype: "<f8", T: 1, S: 300, Hq: 8, Hkv: 2, dk: 64, dv: 64, decode: true},
-		{name: "f16 prefill window sinks", format: "f16", dtype: "<f4", T: 7, S: 200, Hq: 4, Hkv: 4, dk: 32, dv: 32,
-			window: 50, nSink: 4, sinks: true},
-		{name: "f16 decode f2 input", format: "f16", dtype: "<f2", T: 1, S: 130, Hq: 4, Hkv: 1, dk: 64, dv: 32, decode: true},
-		{name: "q8 decode", format: "q8:32", dtype: "<f4", T: 1, S: 257, Hq: 8, Hkv: 2, dk: 64, dv: 64, decode: true},
-		{name: "q4 prefill window", format: "q4:32", dtype: "<f4", T: 16, S: 333, Hq: 4, Hkv: 2, dk: 64, dv: 64,
-			window: 64, nSink: 2, scale: 0.3},
-		{name: "q4:64 decode sinks", format: "q4:64", dtype: "<f8", T: 1, S: 100, Hq: 6, Hkv: 3, dk: 128, dv: 64,
-			decode: true, sinks: true},
-		{name: "kivi2 decode", format: "kivi2:32:64", dtype: "<f4", T: 1, S: 300, Hq: 8, Hkv: 2, dk: 64, dv: 64, decode: true},
-		{name: "kivi4 prefill", format: "kivi4:32:32", dtype: "<f4", T: 9, S: 250, Hq: 4, Hkv: 2, dk: 32, dv: 64},
-		{name: "kivi2 mla decode", format: "kivi2:32:32", dtype: "<f4", T: 1, S: 190, Hq: 8, Hkv: 1, dk: 96, dv: 64,
-			mla: true, decode: true},
-		{name: "q4 mla prefill", format: "q4:32", dtype: "<f4", T: 4, S: 100, Hq: 4, Hkv: 1, dk: 96, dv: 64, mla: true},
+	for i, c := range attendCases {
+		t.Run(c.name, func(t *testing.T) { runAttendCase(t, i, c, "cpu") })
 	}
-	for i, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			rng := rand.New(rand.NewPCG(uint64(i), 42))
-			qShape := []int{c.T, c.Hq, c.dk}
-			if c.decode {
-				qShape = qShape[1:]
-			}
-			o := &attendOpts{q: filepath.Join(dir, "q.npy"), k: filepath.Join(dir, "k.npy"), out: filepath.Join(dir, "out.npy"),
-				format: c.format, backend: "cpu", window: c.window, sinkTokens: c.nSink, scale: c.scale, mla: c.mla}
-			q := writeTyped(t, o.q, c.dtype, qShape, randTensor(rng, c.T*c.Hq*c.dk, 1))
-			kIn := randTensor(rng, c.S*c.Hkv*c.dk, 1)
-			for j := range kIn { // outlier channels, as real keys have
-				if (j%c.dk)%16 == 0 {
-					kIn[j] *= 4
-				}
-			}
-			k := writeTyped(t, o.k, c.dtype, []int{c.S, c.Hkv, c.dk}, kIn)
-			var v []float32
-			if c.mla {
-				o.mlaDV = c.dv
-			} else {
-				o.v = filepath.Join(dir, "v.npy")
-				v = writeTyped(t, o.v, c.dtype, []int{c.S, c.Hkv, c.dv}, randTensor(rng, c.S*c.Hkv*c.dv, 1))
-			}
-			var sinks []float32
-			if c.sinks {
-				o.sinks = filepath.Join(dir, "sinks.npy")
-				sinks = writeTyped(t, o.sinks, c.dtype, []int{c.Hq}, randTensor(rng, c.Hq, 2))
-			}
-			require.NoError(t, runAttend(io.Discard, o))
+}
 
-			f := gokv.MustParseFormat(c.format)
-			kHat := refStore(f, k, c.S, c.Hkv, c.dk, true)
-			var vHat []float64
-			if !c.mla {
-				vHat = refStore(f, v, c.S, c.Hkv, c.dv, false)
-			}
-			scale := float32(c.scale)
-			if c.scale == 0 {
-				scale = float32(1 / math.Sqrt(float64(c.dk)))
-			}
-			want := refAttend(q, kHat, vHat, sinks, c.T, c.S, c.Hq, c.Hkv, c.dk, c.dv, scale, c.window, c.nSink)
-
-			fh, err := os.Open(o.out)
-			require.NoError(t, err)
-			defer fh.Close()
-			r, err := npy.NewReader(fh)
-			require.NoError(t, err)
-			wantShape := []int{c.T, c.Hq, c.dv}
-			if c.decode {
-				wantShape = wantShape[1:]
-			}
-			assert.Equal(t, wantShape, r.Header.Descr.Shape)
-			assert.Equal(t, "<f4", r.Header.Descr.Type)
-			var got []float32
-			require.NoError(t, r.Read(&got))
-			require.Len(t, got, len(want))
-			rms := 0.0
-			for _, x := range want {
-				rms += x * x
-			}
-			rms = math.Sqrt(rms / float64(len(want)))
-			bad := 0
-			for j := range want {
-				if math.Abs(float64(got[j])-want[j]) > 1e-4*max(math.Abs(want[j]), rms) {
-					if bad < 5 {
-						t.Errorf("out[%d] = %.7g, want %.7g (float64 reference)", j, got[j], want[j])
-					}
-					bad++
-				}
-			}
-			assert.Zero(t, bad, "elements outside 1e-4 relative")
-		})
+// runAttendCase writes case c's inputs as .npy files, runs `gokv attend --backend backend` on them and
+// checks the output against an independent float64 computation within 1e-4; it returns the output.
+func runAttendCase(t *testing.T, i int, c attendCase, backend string) []float32 {
+	t.Helper()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(uint64(i), 42))
+	qShape := []int{c.T, c.Hq, c.dk}
+	if c.decode {
+		qShape = qShape[1:]
 	}
+	o := &attendOpts{q: filepath.Join(dir, "q.npy"), k: filepath.Join(dir, "k.npy"), out: filepath.Join(dir, "out.npy"),
+		format: c.format, backend: backend, window: c.window, sinkTokens: c.nSink, scale: c.scale, mla: c.mla}
+	q := writeTyped(t, o.q, c.dtype, qShape, randTensor(rng, c.T*c.Hq*c.dk, 1))
+	kIn := randTensor(rng, c.S*c.Hkv*c.dk, 1)
+	for j := range kIn { // outlier channels, as real keys have
+		if (j%c.dk)%16 == 0 {
+			kIn[j] *= 4
+		}
+	}
+	k := writeTyped(t, o.k, c.dtype, []int{c.S, c.Hkv, c.dk}, kIn)
+	var v []float32
+	if c.mla {
+		o.mlaDV = c.dv
+	} else {
+		o.v = filepath.Join(dir, "v.npy")
+		v = writeTyped(t, o.v, c.dtype, []int{c.S, c.Hkv, c.dv}, randTensor(rng, c.S*c.Hkv*c.dv, 1))
+	}
+	var sinks []float32
+	if c.sinks {
+		o.sinks = filepath.Join(dir, "sinks.npy")
+		sinks = writeTyped(t, o.sinks, c.dtype, []int{c.Hq}, randTensor(rng, c.Hq, 2))
+	}
+	require.NoError(t, runAttend(io.Discard, o))
+
+	f := gokv.MustParseFormat(c.format)
+	kHat := refStore(f, k, c.S, c.Hkv, c.dk, true)
+	var vHat []float64
+	if !c.mla {
+		vHat = refStore(f, v, c.S, c.Hkv, c.dv, false)
+	}
+	scale := float32(c.scale)
+	if c.scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(c.dk)))
+	}
+	want := refAttend(q, kHat, vHat, sinks, c.T, c.S, c.Hq, c.Hkv, c.dk, c.dv, scale, c.window, c.nSink)
+
+	fh, err := os.Open(o.out)
+	require.NoError(t, err)
+	defer fh.Close()
+	r, err := npy.NewReader(fh)
+	require.NoError(t, err)
+	wantShape := []int{c.T, c.Hq, c.dv}
+	if c.decode {
+		wantShape = wantShape[1:]
+	}
+	assert.Equal(t, wantShape, r.Header.Descr.Shape)
+	assert.Equal(t, "<f4", r.Header.Descr.Type)
+	var got []float32
+	require.NoError(t, r.Read(&got))
+	require.Len(t, got, len(want))
+	rms := 0.0
+	for _, x := range want {
+		rms += x * x
+	}
+	rms = math.Sqrt(rms / float64(len(want)))
+	bad := 0
+	for j := range want {
+		if math.Abs(float64(got[j])-want[j]) > 1e-4*max(math.Abs(want[j]), rms) {
+			if bad < 5 {
+				t.Errorf("out[%d] = %.7g, want %.7g (float64 reference)", j, got[j], want[j])
+			}
+			bad++
+		}
+	}
+	assert.Zero(t, bad, "elements outside 1e-4 relative")
+	return got
 }
 
 func TestAttendErrorsNameFileAndDims(t *testing.T) {

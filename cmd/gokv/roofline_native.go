@@ -1,4 +1,3 @@
-
 package main
 
 // The CPU module's measurements of DESIGN.md §9 (native/cpu/roofline.c). The symbols are linked through
