@@ -31,7 +31,7 @@ PKG_CONFIG_DIR := $(CURDIR)/$(RELEASE_DIR)/pkgconfig
 GO ?= go
 GO_TEST_FLAGS ?= -race -count=1
 
-.PHONY: all test build native native-asan vulkan go-build go-vet go-test go-test-vulkan deps clean
+.PHONY: all test build native native-asan vulkan go-build go-vet go-test go-test-vulkan deps clean FORCE
 
 all: build
 
@@ -40,9 +40,12 @@ test: deps native native-asan go-test go-test-vulkan
 deps:
 	build/deps.sh
 
-# Configure only if needed; cmake re-runs itself when CMakeLists or globbed sources change.
-$(RELEASE_DIR)/CMakeCache.txt:
+# The release tree is configured on every run (about a second), so that GOKV_VULKAN and CMAKE_ARGS
+# always apply, even to a tree configured before; cmake re-runs itself when sources change.
+$(RELEASE_DIR)/CMakeCache.txt: FORCE
 	cmake -S . -B $(RELEASE_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DGOKV_VULKAN=$(GOKV_VULKAN) $(CMAKE_ARGS)
+
+FORCE:
 
 $(ASAN_DIR)/CMakeCache.txt:
 	# No Vulkan here: the sanitizers would instrument lavapipe's LLVM JIT callbacks too, and its leaks.

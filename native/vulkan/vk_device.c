@@ -609,12 +609,19 @@ static gokv_status create_instance(vkb_device *d, int validation) {
                                   "%s: vulkan: GOKV_VULKAN_VALIDATION is set but VK_LAYER_KHRONOS_validation is not "
                                   "installed (Debian: apt install vulkan-validationlayers)", op);
     }
+    /* Synchronization validation too: lavapipe runs dispatches one after the other, so a missing
+     * barrier would pass there and fail on a real GPU. */
+    const VkValidationFeatureEnableEXT enables[1] = {VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+    VkValidationFeaturesEXT features = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                                        .enabledValidationFeatureCount = 1,
+                                        .pEnabledValidationFeatures = enables,
+                                        .pNext = &mci};
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
                              .pApplicationName = "gokv",
                              .pEngineName = "gokv",
                              .apiVersion = api};
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                               .pNext = validation ? &mci : NULL,
+                               .pNext = validation ? &features : NULL,
                                .pApplicationInfo = &app,
                                .enabledLayerCount = validation ? 1u : 0u,
                                .ppEnabledLayerNames = layers,

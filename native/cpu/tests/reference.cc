@@ -9,19 +9,21 @@
 
 namespace gokvtest {
 
-DevicePtr open_cpu(int32_t n_threads) {
+DevicePtr open_cpu(int32_t n_threads) { return open_backend("cpu", n_threads); }
+
+DevicePtr open_backend(const char *backend, int32_t n_threads) {
     gokv_device_desc d;
     std::memset(&d, 0, sizeof d);
     d.struct_size = sizeof d;
-    d.backend = "cpu";
+    d.backend = backend;
     d.device_index = -1;
     d.device_name = nullptr;
     d.n_threads = n_threads;
     gokv_device *dev = nullptr;
     gokv_status st = gokv_device_open(&d, &dev);
     if (st != GOKV_OK || dev == nullptr) {
-        ADD_FAILURE() << "gokv_device_open(cpu, n_threads=" << n_threads << "): " << gokv_status_name(st) << ": "
-                      << gokv_last_error();
+        ADD_FAILURE() << "gokv_device_open(" << backend << ", n_threads=" << n_threads
+                      << "): " << gokv_status_name(st) << ": " << gokv_last_error();
         return DevicePtr();
     }
     return DevicePtr(dev);

@@ -34,6 +34,9 @@ using PoolPtr = std::unique_ptr<gokv_pool, PoolDestroyer>;
 
 /* Opens the "cpu" backend with n_threads workers (0 = all CPUs); null (and a test failure) on error. */
 DevicePtr open_cpu(int32_t n_threads);
+/* Opens device -1 of any registered backend ("cpu", "vulkan", ...); null (and a test failure) on error.
+ * Other backends' suites use it with the CPU backend as their reference. */
+DevicePtr open_backend(const char *backend, int32_t n_threads);
 /* A 2-thread CPU device shared by the tests that do not vary the device. */
 gokv_device *shared_device();
 

@@ -1,0 +1,365 @@
+// attend_common.glsl: fused decode / prefill attention straight from the compressed pages (DESIGN.md §5),
+// the body of attend.comp (reads the pool) and baseline_attend.comp (reads the f32 copy the baseline
+// materialized in the scratch buffer: define ATTEND_KV_IN_SCRATCH before including this file).
+//
+// One workgroup runs one work item of the host's plan (vk_attend.c): one kv head of one sequence, nq =
+// nrows x nheads query vectors (query rows [qrow0, qrow0 + nrows), heads [head0, head0 + nheads) of the
+// kv head's group), and the visible tokens [a0, a1) then [b0, b1) (a chunk of the sink range + window
+// range). It walks those tokens in blocks of WG_SIZE, with the online softmax state (m, l) of every query
+// vector in shared memory and the output accumulators in registers:
+//   A  token-parallel: invocation k takes token k of the block, works out which query vectors see it
+//      (causal, window / sink tokens, released page, validity mask), decodes its key once, and scores it
+//      against every query vector (queries, pre-scaled by α, in shared memory); subgroupMax + shared
+//      memory give each vector's block maximum.
+//   B  one invocation per vector: m_new = max(m, block max), corr = e^(m - m_new), l *= corr; then
+//      token-parallel again: p = e^(s - m_new) into shared memory, subgroupAdd for the sum (folded into l
+//      at the next block).
+//   C  channel-parallel: each invocation owns CPI consecutive value channels (a "unit") of UPI units and
+//      a token slice (when there are fewer units than invocations, TS slices of the block run side by
+//      side); it rescales its accumulators by corr and adds p · v for every query vector, decoding each
+//      value element once (consecutive invocations read consecutive words of a value row).
+// At the end the slices are summed through shared memory and the item either finalizes into `down`
+// (out = o / (l + e^(σ - m)), zeros when nothing was visible) or writes its partial (m, l, o[D_V]) to
+// `scratch` for reduce.comp. Nothing dequantized is ever stored: keys and values are decoded in registers.
+//
+// Loops over the register arrays (score, acc, xv: trip counts are specialization constants) are marked
+// [[unroll]] so that the arrays stay in registers.
+//
+// The subgroup size is never assumed: reductions go through subgroup operations inside each subgroup and
+// shared memory across gl_NumSubgroups subgroups (NSG_MAX, set by the host from the smallest subgroup
+// size the device may use).
+//
+// Specialization constants of this op (VKB_SPEC_OP0..3): NQ_MAX query vectors per item, CPI value
+// channels per unit, NSG_MAX subgroups per workgroup at most, INPUTS_STAGED (attend_inputs.glsl).
+
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+
+layout(constant_id = 30) const uint NQ_MAX = 4;
+layout(constant_id = 31) const uint CPI = 4;
+layout(constant_id = 32) const uint NSG_MAX = 64;
+
+const uint NONE = 0xffffffffu;
+const float NEG = -3.0e38;               // score of an invisible token, m of a vector that saw nothing
+const int NO_TOKEN = -1, RING_TOKEN = -2; // tok_page of a token nobody sees / of a KIVI ring token
+const uint DMAX = D_K > D_V ? D_K : D_V;
+const uint DK4 = D_K / 4u;
+const uint GQ = GROUP > 0u ? GROUP : 1u;       // GROUP, safe to divide by in f32/f16 pipelines
+const uint NU = D_V / CPI;                              // value units of a row
+const uint UPI = (NU + WG_SIZE - 1u) / WG_SIZE;         // units per invocation
+const uint TS = NU >= WG_SIZE ? 1u : WG_SIZE / NU;      // token slices of phase C
+const uint ITEM_WORDS = 12u, SEQ_WORDS = 5u;
+
+layout(push_constant) uniform Push {
+    uint n_items;
+    uint item_w;    // item table in the inputs (ITEM_WORDS each)
+    uint seq_w;     // sequence table in the inputs (SEQ_WORDS each)
+    uint q_w;       // queries [rows][n_heads_q][D_K] in the inputs
+    uint sink_w;    // learned sink logits [n_heads_q] in the inputs, or NONE
+    uint part_w;    // first word of the split-K partials in scratch
+    uint n_heads_q;
+    int window;
+    int n_sink_tokens;
+    float scale;
+    uint in_base;   // staged inputs in scratch (attend_inputs.glsl)
+} pc;
+
+#include "attend_inputs.glsl"
+
+// KVW: a word of the K/V storage; KV4: four words, for key rows that start on 16 bytes (K_ROW_W % 4 == 0:
+// every page, section and head offset is a multiple of 64 bytes), one load per invocation instead of four.
+#ifdef ATTEND_KV_IN_SCRATCH
+layout(std430, set = 0, binding = 3) readonly buffer ScratchVec { uvec4 scratch4[]; };
+#define KVW(i) scratch[i]
+#define KV4(i) scratch4[i]
+#else
+layout(std430, set = 0, binding = 0) readonly buffer PagesVec { uvec4 pages4[]; };
+#define KVW(i) pages[i]
+#define KV4(i) pages4[i]
+#endif
+const bool K_ROW_VEC4 = K_ROW_W % 4u == 0u;
+
+float kv_half(uint i) { return half_to_float((KVW(i >> 1) >> ((i & 1u) * 16u)) & 0xffffu); }
+vec2 unpack_half2(uint x) { return vec2(half_to_float(x & 0xffffu), half_to_float(x >> 16)); }
+
+shared vec4 qo[NQ_MAX * DMAX / 4u];       // queries (scaled), then the item's output o[i][c]
+shared float pw[NQ_MAX * WG_SIZE];       // softmax weights p[i][k] of the block
+shared float red_m[NQ_MAX * NSG_MAX];    // per subgroup block maxima
+shared float red_l[NQ_MAX * NSG_MAX];    // per subgroup block sums of p
+shared float st_m[NQ_MAX], st_l[NQ_MAX], st_c[NQ_MAX]; // running max, running sum, rescale factor
+shared int tok_page[2 * WG_SIZE];        // by block parity: page of token k, RING_TOKEN or NO_TOKEN
+shared uint tok_slot[2 * WG_SIZE];       // slot in the page (ring tokens: the position)
+
+float score[NQ_MAX];             // scores of this invocation's token
+float acc[UPI * NQ_MAX * CPI];   // output accumulators: [unit][vector][channel]
+float xv[CPI];                   // one decoded value unit
+
+// ---- phase A: keys ----
+
+// Whether a query at position p sees token t (given t is stored, valid and its page not released).
+bool sees(uint p, uint t) {
+    return t <= p && (pc.window == 0 || p - t < uint(pc.window) || t < uint(pc.n_sink_tokens));
+}
+
+void dot4(uint c4, vec4 x) {
+    [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) score[i] += dot(qo[i * DK4 + c4], x);
+}
+
+// Per-token key row starting at word w0 of KVW; sh0 / bh0: half index of its group-0 scale / bias.
+void score_key_row(uint w0, uint sh0, uint bh0) {
+    if (FORMAT == FMT_F32) {
+        for (uint c4 = 0u; c4 < DK4; c4++) dot4(c4, uintBitsToFloat(KV4(w0 / 4u + c4)));
+    } else if (FORMAT == FMT_F16) {
+        if (K_ROW_VEC4) {
+            for (uint c8 = 0u; c8 < D_K / 8u; c8++) {
+                uvec4 u = KV4(w0 / 4u + c8);
+                dot4(2u * c8, vec4(unpack_half2(u.x), unpack_half2(u.y)));
+                dot4(2u * c8 + 1u, vec4(unpack_half2(u.z), unpack_half2(u.w)));
+            }
+        } else {
+            for (uint c4 = 0u; c4 < DK4; c4++)
+                dot4(c4, vec4(unpack_half2(KVW(w0 + 2u * c4)), unpack_half2(KVW(w0 + 2u * c4 + 1u))));
+        }
+    } else { // q8, q4: a group of GROUP channels is GROUP * BITS / 128 uvec4 (GROUP >= 32)
+        const uint EPW = 32u / BITS, V4G = GQ * BITS / 128u; // codes per word, uvec4 per group
+        for (uint j = 0u; j < D_K / GQ; j++) {
+            float sc = kv_half(sh0 + j), bi = kv_half(bh0 + j);
+            for (uint v = 0u; v < V4G; v++) {
+                uvec4 u = KV4(w0 / 4u + j * V4G + v);
+                [[unroll]] for (uint wi = 0u; wi < 4u; wi++)
+                    [[unroll]] for (uint e = 0u; e < EPW; e += 4u) {
+                        uvec4 code = (uvec4(u[wi]) >> (uvec4(e, e + 1u, e + 2u, e + 3u) * BITS)) & CODE_MASK;
+                        dot4((j * GQ + (4u * v + wi) * EPW + e) / 4u, vec4(code) * sc + bi);
+                    }
+            }
+        }
+    }
+}
+
+// KIVI key of the token at (page, slot): per channel codes packed along the g tokens of its group.
+void score_kivi_key(uint page, uint head, uint slot) {
+    const uint WPC = GQ * BITS / 32u; // words of one channel in a token group
+    uint jg = slot / GQ, tg = slot % GQ;
+    uint w0 = page * PAGE_WORDS + K_CODES_W + head * K_CODES_HEAD_W + jg * K_ROW_W + (tg * BITS) / 32u;
+    uint sh = (tg * BITS) % 32u;
+    uint hs = page * PAGE_WORDS * 2u + head * K_SB_HEAD_H + jg * D_K; // even: scale pairs share a word
+    for (uint c4 = 0u; c4 < DK4; c4++) {
+        uint c = 4u * c4, w = w0 + c * WPC;
+        uvec4 code = (uvec4(KVW(w), KVW(w + WPC), KVW(w + 2u * WPC), KVW(w + 3u * WPC)) >> sh) & CODE_MASK;
+        uint ws = (hs + K_SCALE_H + c) >> 1, wb = (hs + K_BIAS_H + c) >> 1;
+        vec4 sc = vec4(unpack_half2(KVW(ws)), unpack_half2(KVW(ws + 1u)));
+        vec4 bi = vec4(unpack_half2(KVW(wb)), unpack_half2(KVW(wb + 1u)));
+        dot4(c4, vec4(code) * sc + bi);
+    }
+}
+
+// KIVI residual ring key (fp16 row) of position t.
+void score_ring_key(uint rs, uint t, uint head) {
+    uint w0 = ring_k_half(rs, t, head, 0u) >> 1; // rows start on even halves (D_K % 4 == 0)
+    for (uint c4 = 0u; c4 < DK4; c4++)
+        dot4(c4, vec4(unpack_half2(rings[w0 + 2u * c4]), unpack_half2(rings[w0 + 2u * c4 + 1u])));
+}
+
+// ---- phase C: values ----
+
+// Decodes value channels [c0, c0 + CPI) of a token into xv.
+void load_value_unit(int pg, uint slot, uint head, uint rs, uint c0) {
+    if (KIVI != 0u && pg == RING_TOKEN) {
+        uint h = ring_v_half(rs, slot, head, c0);
+        [[unroll]] for (uint ch = 0u; ch < CPI; ch++) xv[ch] = ring_half(h + ch);
+        return;
+    }
+    uint page = uint(pg);
+    if (KIVI != 0u && V_IS_K_PREFIX != 0u) { // MLA over KIVI: values are the per-channel keys' prefix
+        [[unroll]] for (uint ch = 0u; ch < CPI; ch++) xv[ch] = kivi_key_elem(page, head, slot, c0 + ch);
+        return;
+    }
+    const bool IS_V = V_IS_K_PREFIX == 0u;
+    uint w0 = row_word(page, head, slot, IS_V);
+    if (FORMAT == FMT_F32) {
+        [[unroll]] for (uint ch = 0u; ch < CPI; ch++) xv[ch] = uintBitsToFloat(KVW(w0 + c0 + ch));
+    } else if (FORMAT == FMT_F16) {
+        [[unroll]] for (uint ch = 0u; ch < CPI; ch++) xv[ch] = kv_half(2u * w0 + c0 + ch);
+    } else {
+        const uint EPW = 32u / BITS;
+        uint j = c0 / GQ;
+        float sc = kv_half(row_scale_half(page, head, slot, j, IS_V));
+        float bi = kv_half(row_bias_half(page, head, slot, j, IS_V));
+        if (CPI >= EPW) {
+            [[unroll]] for (uint wi = 0u; wi < CPI / EPW; wi++) {
+                uint word = KVW(w0 + c0 / EPW + wi);
+                [[unroll]] for (uint e = 0u; e < EPW; e++)
+                    xv[wi * EPW + e] = float((word >> (e * BITS)) & CODE_MASK) * sc + bi;
+            }
+        } else {
+            uint word = KVW(w0 + c0 / EPW) >> ((c0 % EPW) * BITS);
+            [[unroll]] for (uint e = 0u; e < CPI; e++) xv[e] = float((word >> (e * BITS)) & CODE_MASK) * sc + bi;
+        }
+    }
+}
+
+void attend_main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint item = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    if (item >= pc.n_items) return;
+    const uint iw = pc.item_w + item * ITEM_WORDS;
+    const uint seq = in_u(iw), kvh = in_u(iw + 1u), qrow0 = in_u(iw + 2u), nrows = in_u(iw + 3u);
+    const uint head0 = in_u(iw + 4u), nheads = in_u(iw + 5u), pos0 = in_u(iw + 6u);
+    const uint a0 = in_u(iw + 7u), a1 = in_u(iw + 8u), b0 = in_u(iw + 9u), b1 = in_u(iw + 10u), part = in_u(iw + 11u);
+    const uint sw = pc.seq_w + seq * SEQ_WORDS;
+    const uint n_quant = in_u(sw + 1u), page_w = in_u(sw + 2u), mask_w = in_u(sw + 3u), rs = in_u(sw + 4u);
+    const uint nq = nrows * nheads, len_a = a1 - a0, n_vis = len_a + (b1 - b0);
+
+    // queries, scaled (vectors past nq are zero), and the softmax state
+    for (uint x = lid; x < NQ_MAX * DK4; x += WG_SIZE) {
+        uint i = x / DK4, c4 = x % DK4;
+        vec4 q = vec4(0.0);
+        if (i < nq) {
+            uint w = pc.q_w + ((qrow0 + i / nheads) * pc.n_heads_q + head0 + i % nheads) * D_K + 4u * c4;
+            q = uintBitsToFloat(uvec4(in_u(w), in_u(w + 1u), in_u(w + 2u), in_u(w + 3u))) * pc.scale;
+        }
+        qo[x] = q;
+    }
+    for (uint i = lid; i < NQ_MAX; i += WG_SIZE) {
+        st_m[i] = NEG;
+        st_l[i] = 0.0;
+    }
+    [[unroll]] for (uint x = 0u; x < UPI * NQ_MAX * CPI; x++) acc[x] = 0.0;
+    // this invocation's share of phase C
+    const uint slice = NU >= WG_SIZE ? 0u : lid / NU;
+    const uint unit0 = NU >= WG_SIZE ? lid : lid % NU;
+    const bool c_active = slice < TS;
+    const bool elect = subgroupElect();
+    const uint sg = gl_SubgroupID;
+    barrier();
+
+    const uint n_blocks = (n_vis + WG_SIZE - 1u) / WG_SIZE;
+    for (uint blk = 0u; blk < n_blocks; blk++) {
+        const uint tb = (blk & 1u) * WG_SIZE; // tok_* buffer of this block
+        // ---- A: visibility and scores of token lid of the block ----
+        [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) score[i] = NEG;
+        int pg = NO_TOKEN;
+        uint slot = 0u;
+        uint v = blk * WG_SIZE + lid;
+        if (v < n_vis) {
+            uint t = v < len_a ? a0 + v : b0 + (v - len_a);
+            int id = int(in_u(page_w + t / PAGE_SIZE));
+            bool ok = id >= 0;
+            if (ok && mask_w != NONE) ok = ((in_u(mask_w + (t >> 5)) >> (t & 31u)) & 1u) != 0u;
+            // some row sees t iff the first row at or after t does (the window only moves away from t)
+            uint p_first = max(t, pos0);
+            bool any_vis = ok && p_first < pos0 + nrows && sees(p_first, t);
+            if (any_vis) {
+                bool ring = KIVI != 0u && t >= n_quant;
+                [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) score[i] = 0.0;
+                if (ring) {
+                    score_ring_key(rs, t, kvh);
+                } else if (KIVI != 0u) {
+                    score_kivi_key(uint(id), kvh, t % PAGE_SIZE);
+                } else {
+                    uint sl = t % PAGE_SIZE;
+                    score_key_row(row_word(uint(id), kvh, sl, false), row_scale_half(uint(id), kvh, sl, 0u, false),
+                                  row_bias_half(uint(id), kvh, sl, 0u, false));
+                }
+                [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+                    if (i >= nq || !sees(pos0 + i / nheads, t)) score[i] = NEG;
+                }
+                pg = ring ? RING_TOKEN : id;
+                slot = ring ? t : t % PAGE_SIZE;
+            }
+        }
+        tok_page[tb + lid] = pg;
+        tok_slot[tb + lid] = slot;
+        [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+            float mx = subgroupMax(score[i]);
+            if (elect) red_m[i * NSG_MAX + sg] = mx;
+        }
+        barrier();
+        // ---- B: new running maxima; fold the previous block's sum into l ----
+        for (uint i = lid; i < NQ_MAX; i += WG_SIZE) {
+            float mb = NEG, l = st_l[i];
+            for (uint g = 0u; g < gl_NumSubgroups; g++) {
+                mb = max(mb, red_m[i * NSG_MAX + g]);
+                if (blk > 0u) l += red_l[i * NSG_MAX + g];
+            }
+            float mo = st_m[i], mn = max(mo, mb);
+            float corr = mo == NEG ? 0.0 : exp(mo - mn);
+            st_m[i] = mn;
+            st_l[i] = l * corr;
+            st_c[i] = corr;
+        }
+        barrier();
+        [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+            float p = score[i] == NEG ? 0.0 : exp(score[i] - st_m[i]);
+            pw[i * WG_SIZE + lid] = p;
+            float sum = subgroupAdd(p);
+            if (elect) red_l[i * NSG_MAX + sg] = sum;
+        }
+        barrier();
+        // ---- C: rescale and accumulate p · v over this invocation's units and token slice ----
+        if (c_active) {
+            [[unroll]] for (uint x = 0u; x < UPI * NQ_MAX * CPI; x++) acc[x] *= st_c[(x / CPI) % NQ_MAX];
+            for (uint k = slice; k < WG_SIZE; k += TS) {
+                int tp = tok_page[tb + k];
+                if (tp == NO_TOKEN) continue;
+                uint ts = tok_slot[tb + k];
+                [[unroll]] for (uint u = 0u; u < UPI; u++) {
+                    uint unit = unit0 + u * WG_SIZE;
+                    if (unit >= NU) break;
+                    load_value_unit(tp, ts, kvh, rs, unit * CPI);
+                    [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+                        float p = pw[i * WG_SIZE + k];
+                        [[unroll]] for (uint ch = 0u; ch < CPI; ch++) acc[(u * NQ_MAX + i) * CPI + ch] += p * xv[ch];
+                    }
+                }
+            }
+        }
+    }
+    barrier();
+
+    // ---- the last block's sum; slices summed into qo (now free) as o[i][c] ----
+    if (n_blocks > 0u)
+        for (uint i = lid; i < NQ_MAX; i += WG_SIZE)
+            for (uint g = 0u; g < gl_NumSubgroups; g++) st_l[i] += red_l[i * NSG_MAX + g];
+    for (uint s2 = 0u; s2 < TS; s2++) {
+        if (c_active && slice == s2)
+            [[unroll]] for (uint u = 0u; u < UPI; u++) {
+                uint unit = unit0 + u * WG_SIZE;
+                if (unit >= NU) break;
+                [[unroll]] for (uint i = 0u; i < NQ_MAX; i++)
+                    [[unroll]] for (uint ch = 0u; ch < CPI; ch++) {
+                        uint o = i * D_V + unit * CPI + ch;
+                        float a = acc[(u * NQ_MAX + i) * CPI + ch];
+                        qo[o / 4u][o % 4u] = s2 == 0u ? a : qo[o / 4u][o % 4u] + a;
+                    }
+            }
+        barrier();
+    }
+
+    // ---- finalize into down, or write the partial (m, l, o) ----
+    if (part == NONE) {
+        for (uint x = lid; x < nq * D_V; x += WG_SIZE) {
+            uint i = x / D_V, c = x % D_V, head = head0 + i % nheads;
+            float m = st_m[i], l = st_l[i], f = 0.0;
+            if (l > 0.0) {
+                bool has_sink = pc.sink_w != NONE;
+                float sigma = has_sink ? in_f(pc.sink_w + head) : NEG;
+                float M = max(m, sigma);
+                float w = exp(m - M);
+                f = w / (l * w + (has_sink ? exp(sigma - M) : 0.0));
+            }
+            down[((qrow0 + i / nheads) * pc.n_heads_q + head) * D_V + c] = floatBitsToUint(qo[x / 4u][x % 4u] * f);
+        }
+    } else {
+        uint base = pc.part_w + part;
+        for (uint x = lid; x < nq * D_V; x += WG_SIZE) {
+            uint i = x / D_V, c = x % D_V;
+            scratch[base + i * (D_V + 2u) + 2u + c] = floatBitsToUint(qo[x / 4u][x % 4u]);
+        }
+        for (uint i = lid; i < nq; i += WG_SIZE) {
+            scratch[base + i * (D_V + 2u)] = floatBitsToUint(st_m[i]);
+            scratch[base + i * (D_V + 2u) + 1u] = floatBitsToUint(st_l[i]);
+        }
+    }
+}

@@ -1,0 +1,335 @@
+/*
+ * test_vk_store.cc: what the Vulkan backend stores equals what the CPU backend stores (DESIGN.md §4): after
+ * the same writes, gokv_pool_read gives the same floats bit for bit (vk_harness.h states the one-step
+ * exception), for every format; KIVI appends of every size crossing residual flushes; page and residual
+ * slot copies (gokv_pool_copy); released pages read as zeros.
+ */
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "vk_harness.h"
+
+using namespace gokvtest;
+
+namespace {
+
+struct StoreCase {
+    Fmt f;
+    bool mla;
+};
+std::string store_name(const testing::TestParamInfo<StoreCase> &i) {
+    return fmt_name(i.param.f) + (i.param.mla ? "_mla" : "_gqa");
+}
+
+void PrintTo(const StoreCase &c, std::ostream *os) { *os << fmt_name(c.f) << (c.mla ? " mla" : " gqa"); }
+
+class VkStore : public VkParamTest<StoreCase> {
+protected:
+    PoolCfg cfg() const {
+        const Fmt f = GetParam().f;
+        PoolCfg c = format_cfg(f.format, f.group, f.residual);
+        if (GetParam().mla) {
+            c.n_kv_heads = 1;
+            c.v_is_k_prefix = 1;
+            c.d_k = f.group <= 32 ? 96 : 3 * f.group;
+            c.d_v = f.group <= 32 ? 64 : f.group;
+        } else {
+            c.n_kv_heads = 2;
+            c.d_k = c.d_v = 128;
+        }
+        return c;
+    }
+};
+
+/* Sequences of several lengths written in one call read back as on the CPU: from position 0, and from
+ * positions inside a page, a KIVI group, and the ring. */
+TEST_P(VkStore, WriteReadParity) {
+    const PoolCfg c = cfg();
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, {1, 37, 200, 700}, 21u, pair));
+    expect_read_parity(pair, c.name());
+    for (int32_t start : {5, 64, 650}) {
+        const Seq &sv = pair.vk.seqs[3], &sc = pair.cpu.seqs[3];
+        std::vector<float> kv, vv, kc, vc;
+        ASSERT_EQ(read_seq(pair.vk.pool.get(), c, sv, kv, vv, start), GOKV_OK) << gokv_last_error();
+        ASSERT_EQ(read_seq(pair.cpu.pool.get(), c, sc, kc, vc, start), GOKV_OK) << gokv_last_error();
+        EXPECT_TRUE(all_finite(kv) && all_finite(vv)) << "read from " << start << " left elements unwritten";
+        expect_seq_parity(pair.cpu.pool.get(), c, sc, start, kv, vv, kc, vc,
+                          c.name() + " read from position " + std::to_string(start));
+    }
+}
+
+/* Appends of random sizes (0 to 70 tokens, two sequences per call, several calls crossing KIVI flushes and
+ * page boundaries) read back as on the CPU after every call, and as one write of all tokens at the end. */
+TEST_P(VkStore, RandomAppendsParity) {
+    PoolCfg c = cfg();
+    c.n_pages = 40;
+    c.n_slots = c.kivi() ? 4 : 0;
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, {0, 0}, 99u, pair, 700));
+    std::mt19937 rng(100);
+    std::uniform_int_distribution<int32_t> chunk(0, 70);
+    const int32_t n0 = 333, n1 = 290;
+    int step = 0;
+    while (pair.vk.seqs[0].len < n0 || pair.vk.seqs[1].len < n1) {
+        const int32_t c0 = std::min(chunk(rng), n0 - pair.vk.seqs[0].len);
+        const int32_t c1 = std::min(chunk(rng), n1 - pair.vk.seqs[1].len);
+        std::vector<std::vector<float>> ks = {gen_keys(rng, c0, c.n_kv_heads, c.d_k), gen_keys(rng, c1, c.n_kv_heads, c.d_k)};
+        std::vector<std::vector<float>> vs;
+        if (!c.v_is_k_prefix)
+            vs = {gen_values(rng, c0, c.n_kv_heads, c.d_v), gen_values(rng, c1, c.n_kv_heads, c.d_v)};
+        else
+            vs = {{}, {}};
+        ASSERT_TRUE(append_pair(pair, {0, 1}, ks, vs)) << "step " << step;
+        expect_read_parity(pair, c.name() + " after step " + std::to_string(step) + " (lengths " +
+                                     std::to_string(pair.vk.seqs[0].len) + ", " + std::to_string(pair.vk.seqs[1].len) + ")");
+        if (HasFailure()) break;
+        step++;
+    }
+    /* the whole input written at once, on Vulkan */
+    PoolPtr one = make_pool(vk_device(), pair.vk.cfg);
+    ASSERT_TRUE(one);
+    for (size_t i = 0; i < 2; i++) {
+        Seq s;
+        s.pages = pair.vk.seqs[i].pages;
+        s.slot = pair.vk.seqs[i].slot;
+        ASSERT_EQ(append1(one.get(), pair.vk.cfg, s, pair.vk.seqs[i].k, pair.vk.seqs[i].v), GOKV_OK) << gokv_last_error();
+        std::vector<float> k, v;
+        ASSERT_EQ(read_seq(one.get(), pair.vk.cfg, s, k, v), GOKV_OK) << gokv_last_error();
+        EXPECT_EQ(k, pair.vk.kdq[i]) << "sequence " << i << ": K written in steps vs at once";
+        EXPECT_EQ(v, pair.vk.vdq[i]) << "sequence " << i << ": V written in steps vs at once";
+    }
+}
+
+const StoreCase kStoreCases[] = {
+    {{GOKV_FORMAT_F32, 0, 0}, false},     {{GOKV_FORMAT_F16, 0, 0}, false},     {{GOKV_FORMAT_Q8, 32, 0}, false},
+    {{GOKV_FORMAT_Q4, 32, 0}, false},     {{GOKV_FORMAT_Q4, 64, 0}, false},     {{GOKV_FORMAT_Q4, 128, 0}, false},
+    {{GOKV_FORMAT_KIVI2, 32, 0}, false},  {{GOKV_FORMAT_KIVI2, 32, 128}, false}, {{GOKV_FORMAT_KIVI4, 32, 0}, false},
+    {{GOKV_FORMAT_KIVI4, 32, 128}, false}, {{GOKV_FORMAT_KIVI2, 64, 64}, false}, {{GOKV_FORMAT_KIVI4, 32, 32}, false},
+    {{GOKV_FORMAT_F16, 0, 0}, true},      {{GOKV_FORMAT_Q8, 32, 0}, true},      {{GOKV_FORMAT_Q4, 64, 0}, true},
+    {{GOKV_FORMAT_KIVI2, 32, 128}, true}, {{GOKV_FORMAT_KIVI4, 32, 0}, true},
+};
+INSTANTIATE_TEST_SUITE_P(Formats, VkStore, testing::ValuesIn(kStoreCases), store_name);
+
+class VkKiviRing : public VkParamTest<Fmt> {};
+std::string ring_name(const testing::TestParamInfo<Fmt> &i) { return fmt_name(i.param); }
+
+/* One token per call (the decode loop) across many flushes: after every call the split between pages and
+ * ring follows gokv_kivi_quantized_len (ring tokens read as their fp16 inputs) and the reads equal the
+ * CPU's. */
+TEST_P(VkKiviRing, TokenByTokenParity) {
+    PoolCfg c = format_cfg(GetParam().format, GetParam().group, GetParam().residual);
+    c.n_kv_heads = 2;
+    c.d_k = c.d_v = 64;
+    c.n_pages = 16;
+    c.n_slots = 2;
+    const int32_t n = 260;
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, {0}, 2024u, pair, n));
+    std::mt19937 rng(2025);
+    const size_t kr = (size_t)c.n_kv_heads * (size_t)c.d_k, vr = (size_t)c.n_kv_heads * (size_t)c.d_v;
+    for (int32_t t = 0; t < n; t++) {
+        const std::vector<float> k = gen_keys(rng, 1, c.n_kv_heads, c.d_k), v = gen_values(rng, 1, c.n_kv_heads, c.d_v);
+        ASSERT_TRUE(append_pair(pair, {0}, {k}, {v})) << "token " << t;
+        const Seq &s = pair.vk.seqs[0];
+        const int32_t nq = gokv_kivi_quantized_len(s.len, c.group, c.residual);
+        for (int32_t u = nq; u < s.len; u++) {
+            bool ring_exact = true;
+            for (size_t j = 0; j < kr; j++)
+                ring_exact = ring_exact && pair.vk.kdq[0][(size_t)u * kr + j] == gokv_round_half(s.k[(size_t)u * kr + j]);
+            for (size_t j = 0; j < vr; j++)
+                ring_exact = ring_exact && pair.vk.vdq[0][(size_t)u * vr + j] == gokv_round_half(s.v[(size_t)u * vr + j]);
+            ASSERT_TRUE(ring_exact) << "after " << s.len << " tokens, token " << u << " should be in the ring (n_quant "
+                                    << nq << ") and read as its fp16 input";
+        }
+        expect_read_parity(pair, c.name() + " after " + std::to_string(s.len) + " tokens");
+        if (HasFailure()) break;
+    }
+}
+
+const Fmt kRingFormats[] = {{GOKV_FORMAT_KIVI2, 32, 0},  {GOKV_FORMAT_KIVI2, 32, 32}, {GOKV_FORMAT_KIVI2, 32, 128},
+                            {GOKV_FORMAT_KIVI4, 32, 96}, {GOKV_FORMAT_KIVI2, 64, 64}};
+INSTANTIATE_TEST_SUITE_P(Kivi, VkKiviRing, testing::ValuesIn(kRingFormats), ring_name);
+
+class VkCopy : public VkParamTest<Fmt> {};
+
+/* gokv_pool_copy on Vulkan: a fork (pages and residual slot copied into free ones) reads back as the
+ * original; then both grow with different tokens and each equals its whole input written at once, and the
+ * CPU doing the same. */
+TEST_P(VkCopy, ForkReadsIdenticallyAndGrowsIndependently) {
+    PoolCfg c = format_cfg(GetParam().format, GetParam().group, GetParam().residual);
+    c.n_kv_heads = 2;
+    c.n_pages = 16;
+    c.n_slots = c.kivi() ? 3 : 0;
+    const int32_t n = 150, more = 40;
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, {n}, 31u, pair, more));
+    c = pair.vk.cfg;
+    /* the fork: free pages and slot */
+    std::vector<bool> used((size_t)c.n_pages, false), slot_used((size_t)std::max(c.n_slots, 1), false);
+    for (int32_t pg : pair.vk.seqs[0].pages) used[(size_t)pg] = true;
+    if (pair.vk.seqs[0].slot >= 0) slot_used[(size_t)pair.vk.seqs[0].slot] = true;
+    Seq fork;
+    for (int32_t pg = 0; pg < c.n_pages && fork.pages.size() < pair.vk.seqs[0].pages.size(); pg++)
+        if (!used[(size_t)pg]) fork.pages.push_back(pg);
+    ASSERT_EQ(fork.pages.size(), pair.vk.seqs[0].pages.size());
+    for (int32_t sl = 0; c.kivi() && sl < c.n_slots; sl++)
+        if (!slot_used[(size_t)sl]) {
+            fork.slot = sl;
+            break;
+        }
+    const int32_t npg = (n + c.page_size - 1) / c.page_size;
+    for (Cache *cc : {&pair.vk, &pair.cpu}) {
+        Seq &orig = cc->seqs[0];
+        Seq f = fork;
+        f.len = orig.len;
+        f.k = orig.k;
+        f.v = orig.v;
+        gokv_copy_desc cd;
+        std::memset(&cd, 0, sizeof cd);
+        cd.struct_size = sizeof cd;
+        cd.n_pages = npg;
+        cd.src_pages = orig.pages.data();
+        cd.dst_pages = f.pages.data();
+        cd.n_slots = c.kivi() ? 1 : 0;
+        cd.src_slots = c.kivi() ? &orig.slot : nullptr;
+        cd.dst_slots = c.kivi() ? &f.slot : nullptr;
+        ASSERT_EQ(gokv_pool_copy(cc->pool.get(), &cd), GOKV_OK) << gokv_last_error();
+        cc->seqs.push_back(f);
+    }
+    ASSERT_TRUE(reread(pair.vk) && reread(pair.cpu));
+    EXPECT_EQ(pair.vk.kdq[1], pair.vk.kdq[0]) << "the fork's K differs from the original's";
+    EXPECT_EQ(pair.vk.vdq[1], pair.vk.vdq[0]) << "the fork's V differs from the original's";
+    expect_read_parity(pair, c.name() + " after the fork");
+
+    std::mt19937 rng(8);
+    const std::vector<float> ko = gen_keys(rng, more, 2, c.d_k), vo = gen_values(rng, more, 2, c.d_v);
+    const std::vector<float> kk = gen_keys(rng, more, 2, c.d_k), vk = gen_values(rng, more, 2, c.d_v);
+    ASSERT_TRUE(append_pair(pair, {0, 1}, {ko, kk}, {vo, vk}));
+    expect_read_parity(pair, c.name() + " after both grew");
+    for (size_t i = 0; i < 2; i++) {
+        const Seq &s = pair.vk.seqs[i];
+        PoolPtr fresh = make_pool(vk_device(), c);
+        ASSERT_TRUE(fresh);
+        Seq one;
+        one.pages = s.pages;
+        one.slot = s.slot;
+        ASSERT_EQ(append1(fresh.get(), c, one, s.k, s.v), GOKV_OK) << gokv_last_error();
+        std::vector<float> k1, v1;
+        ASSERT_EQ(read_seq(fresh.get(), c, one, k1, v1), GOKV_OK) << gokv_last_error();
+        EXPECT_EQ(k1, pair.vk.kdq[i]) << (i ? "fork" : "original") << " K after growing";
+        EXPECT_EQ(v1, pair.vk.vdq[i]) << (i ? "fork" : "original") << " V after growing";
+    }
+    /* and the fork attends like the original did before growing: covered by the decode table; here one
+     * decode of each over the grown sequences, on both backends */
+    AttnOpts o;
+    o.n_heads_q = 4;
+    const std::vector<float> q = gen_normal(rng, 2 * 4 * (size_t)c.d_k);
+    cross_attend(pair, {attn_seq(pair.vk, 0), attn_seq(pair.vk, 1)}, {0, 1}, q, o, tol_for(c.format),
+                 c.name() + " original and fork");
+}
+
+/* Copies of residual slots alone (a fork whose pages are still shared), several pages in one call. */
+TEST_P(VkCopy, SlotOnlyAndManyPages) {
+    PoolCfg c = format_cfg(GetParam().format, GetParam().group, GetParam().residual);
+    c.n_pages = 24;
+    c.n_slots = c.kivi() ? 4 : 0;
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, {300, 90}, 41u, pair));
+    c = pair.vk.cfg;
+    std::vector<bool> used((size_t)c.n_pages, false);
+    for (const Seq &s : pair.vk.seqs)
+        for (int32_t pg : s.pages) used[(size_t)pg] = true;
+    std::vector<int32_t> src, dst;
+    for (int32_t pg = 0, i = 0; pg < c.n_pages && i < 4; pg++)
+        if (!used[(size_t)pg]) {
+            src.push_back(pair.vk.seqs[0].pages[(size_t)i++]);
+            dst.push_back(pg);
+        }
+    ASSERT_EQ(src.size(), 4u);
+    int32_t ssrc = pair.vk.seqs[1].slot, sdst = -1;
+    for (int32_t sl = 0; c.kivi() && sl < c.n_slots; sl++)
+        if (sl != pair.vk.seqs[0].slot && sl != pair.vk.seqs[1].slot) sdst = sl;
+    for (Cache *cc : {&pair.vk, &pair.cpu}) {
+        gokv_copy_desc cd;
+        std::memset(&cd, 0, sizeof cd);
+        cd.struct_size = sizeof cd;
+        cd.n_pages = (int32_t)src.size();
+        cd.src_pages = src.data();
+        cd.dst_pages = dst.data();
+        ASSERT_EQ(gokv_pool_copy(cc->pool.get(), &cd), GOKV_OK) << gokv_last_error();
+        if (c.kivi()) {
+            std::memset(&cd, 0, sizeof cd);
+            cd.struct_size = sizeof cd;
+            cd.n_slots = 1;
+            cd.src_slots = &ssrc;
+            cd.dst_slots = &sdst;
+            ASSERT_EQ(gokv_pool_copy(cc->pool.get(), &cd), GOKV_OK) << gokv_last_error();
+        }
+        /* sequence 2: sequence 0 with its first 4 pages replaced by the copies; sequence 3: sequence 1
+         * with the copied ring */
+        Seq a = cc->seqs[0];
+        std::copy(dst.begin(), dst.end(), a.pages.begin());
+        cc->seqs.push_back(a);
+        if (c.kivi()) {
+            Seq b = cc->seqs[1];
+            b.slot = sdst;
+            cc->seqs.push_back(b);
+        }
+    }
+    ASSERT_TRUE(reread(pair.vk) && reread(pair.cpu));
+    expect_read_parity(pair, c.name() + " after the copies");
+    if (c.kivi()) {
+        EXPECT_EQ(pair.vk.kdq[3], pair.vk.kdq[1]) << "K through the copied ring";
+        EXPECT_EQ(pair.vk.vdq[3], pair.vk.vdq[1]) << "V through the copied ring";
+    }
+    EXPECT_EQ(pair.vk.kdq[2], pair.vk.kdq[0]) << "K through the copied pages";
+    EXPECT_EQ(pair.vk.vdq[2], pair.vk.vdq[0]) << "V through the copied pages";
+}
+
+const Fmt kCopyFormats[] = {{GOKV_FORMAT_F16, 0, 0}, {GOKV_FORMAT_Q4, 32, 0}, {GOKV_FORMAT_KIVI2, 32, 32},
+                            {GOKV_FORMAT_KIVI4, 32, 128}};
+INSTANTIATE_TEST_SUITE_P(Formats, VkCopy, testing::ValuesIn(kCopyFormats), ring_name);
+
+class VkStoreKnown : public VkTest {};
+
+/* Released pages (-1) in a read's page table read as zeros, as on the CPU; KIVI's [1,2,3,4] -> s 1, b 1,
+ * codes 0..3 reads back exactly; a constant group reads back exactly. */
+TEST_F(VkStoreKnown, ReleasedPagesAndKnownValues) {
+    PoolCfg c = format_cfg(GOKV_FORMAT_Q4, 32, 0);
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, {200}, 51u, pair));
+    for (Cache *cc : {&pair.vk, &pair.cpu}) {
+        Seq s = cc->seqs[0];
+        s.pages[1] = -1;
+        std::vector<float> k, v;
+        ASSERT_EQ(read_seq(cc->pool.get(), c, s, k, v), GOKV_OK) << gokv_last_error();
+        const size_t kr = (size_t)c.n_kv_heads * (size_t)c.d_k;
+        for (size_t j = 64 * kr; j < 128 * kr; j++) ASSERT_EQ(k[j], 0.0f) << "released page element " << j;
+        for (size_t j = 0; j < 64 * kr; j++) ASSERT_EQ(k[j], cc->kdq[0][j]);
+    }
+    /* KIVI2 g32: channel values 1,2,3,4 repeating over 32 tokens (min 1, max 4: s = 1, b = 1), and a
+     * constant channel; R = 0 so all 64 tokens are quantized */
+    PoolCfg kc = format_cfg(GOKV_FORMAT_KIVI2, 32, 0);
+    kc.n_slots = 1;
+    kc.n_pages = 2;
+    PoolPtr pool = make_pool(vk_device(), kc);
+    ASSERT_TRUE(pool);
+    Seq s;
+    s.pages = {1};
+    s.slot = 0;
+    std::vector<float> k((size_t)64 * (size_t)kc.d_k), v((size_t)64 * (size_t)kc.d_v);
+    for (int32_t t = 0; t < 64; t++)
+        for (int32_t ch = 0; ch < kc.d_k; ch++) {
+            k[(size_t)(t * kc.d_k + ch)] = ch == 7 ? 0.375f : (float)(1 + t % 4);
+            v[(size_t)(t * kc.d_v + ch)] = (float)(1 + ch % 4);
+        }
+    ASSERT_EQ(append1(pool.get(), kc, s, k, v), GOKV_OK) << gokv_last_error();
+    std::vector<float> kr, vr;
+    ASSERT_EQ(read_seq(pool.get(), kc, s, kr, vr), GOKV_OK) << gokv_last_error();
+    EXPECT_EQ(kr, k) << "KIVI2 keys [1,2,3,4] and a constant channel must read back exactly";
+    EXPECT_EQ(vr, v) << "KIVI2 values [1,2,3,4] per group must read back exactly";
+}
+
+} // namespace

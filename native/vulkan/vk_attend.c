@@ -1,0 +1,424 @@
+/*
+ * vk_attend.c: fused attention for the Vulkan backend (the slot attend; DESIGN.md §5), decode and prefill,
+ * straight from the compressed pages: nothing dequantized is ever written to device memory on this path.
+ *
+ * The host cuts the call into work items, as native/cpu/attend.c does, and the shaders run one workgroup
+ * per item (shaders/attend_common.glsl has the in-item algorithm: token-parallel scores, online softmax,
+ * channel-parallel value accumulation):
+ *   - an item is one kv head of one sequence, a tile of query rows and a subset of the kv head's query
+ *     heads: nq = rows x heads query vectors. When the whole group (G = Hq / Hkv heads) fits, an item
+ *     takes all of it, so each K/V element is decoded once per group. The bound on nq comes from the
+ *     shared memory budget (the queries live there: MLA's d_k = 576 takes fewer heads per item) and from
+ *     the registers that hold the output accumulators; the shaders are specialized for the call's largest
+ *     nq (NQ_MAX), so a decode step of a GQA 4:1 model runs items of 4 vectors.
+ *   - the tokens a tile can see are at most two ranges, the sink tokens [0, n_sink) and the window
+ *     (p0 - W, p1] (or [0, p1]), laid end to end. Decode rows and short prefills (<= 16 rows, as on the
+ *     CPU) cut them into chunks of chunk_size tokens (split-K): every chunk writes a partial (m, l, o) per
+ *     query vector to the scratch buffer and reduce.comp combines them
+ *         M = max(max_c m_c, σ),  out = Σ_c e^(m_c - M) o_c / (Σ_c e^(m_c - M) l_c + e^(σ - M)).
+ *     A tile of a single chunk (and every tile of a longer prefill: tiled flash attention, causal, one
+ *     chunk per tile, parallel across tiles) finalizes in the attention pass.
+ *
+ * One call is one command buffer: [copy inputs ->] [baseline_dequant ->] attend (or baseline_attend)
+ * [-> reduce]. The host writes the inputs (queries, sink logits, page tables, masks, and the sequence,
+ * item, reduce and baseline-page tables below) to the up buffer; on a discrete GPU, where up is host
+ * memory, they are first copied into the device-local scratch buffer, since every split-K chunk reads
+ * its queries and page table again (shaders/attend_inputs.glsl). Scratch holds, in order: the baseline's
+ * f32 pages, the split-K partials, the staged inputs. down receives out.
+ *
+ * Specialization constants of attend / baseline_attend (VKB_SPEC_OP0..3): NQ_MAX query vectors per item,
+ * CPI value channels per invocation and unit, NSG_MAX subgroups per workgroup at most (from the smallest
+ * subgroup size the device may give the pipeline), INPUTS_STAGED; reduce and baseline_dequant use
+ * INPUTS_STAGED (OP3) only.
+ *
+ * GOKV_ATTEND_DEQUANT_BASELINE (benchmarks): baseline_dequant first expands every page the call can see
+ * into an f32 copy (the layout of an f32 pool of the same geometry, V stored apart even for MLA) at the
+ * start of the scratch buffer, then baseline_attend runs the same attention specialized for that f32 pool.
+ * GOKV_ATTEND_FORCE_SCALAR is a CPU-only switch and is ignored here.
+ */
+#include <string.h>
+
+#include "vk_internal.h"
+
+enum {
+    DEFAULT_CHUNK = 512,
+    SPLIT_MAX_ROWS = 16, /* sequences with at most this many query rows are split into chunks */
+    NQ_LIMIT = 64,       /* query vectors per item: scores held in registers */
+    ACC_BUDGET = 64,     /* output accumulators per invocation (registers) */
+    TS_LIMIT = 8,        /* token slices of the value pass, summed through shared memory at the end */
+    MAX_GRID = 65535,
+};
+#define NONE 0xffffffffu
+
+/* Records of the input tables, word for word as the shaders read them. */
+enum { ITEM_WORDS = 12, SEQ_WORDS = 5, REDUCE_WORDS = 5, TPAGE_WORDS = 5 };
+
+/* Push constants, field for field the shaders' Push blocks. */
+typedef struct attend_push {
+    uint32_t n_items, item_w, seq_w, q_w, sink_w, part_w, n_heads_q;
+    int32_t window, n_sink_tokens;
+    float scale;
+    uint32_t in_base;
+} attend_push;
+typedef struct reduce_push { uint32_t n_entries, entry_w, part_w, sink_w, in_base; } reduce_push;
+typedef struct dequant_push { uint32_t n_pages, entry_w, f_page_w, f_v_w, in_base; } dequant_push;
+
+typedef struct seg {
+    int32_t lo, hi;
+} seg;
+
+/* The token ranges that queries at positions [p0, p1] can see, at most two, in order (as the CPU's). */
+static int32_t visible_segments(const gokv_attend_desc *d, int32_t kv_len, int32_t p0, int32_t p1, seg out[2]) {
+    const int64_t hi = (int64_t)p1 + 1 < kv_len ? (int64_t)p1 + 1 : kv_len;
+    if (hi <= 0) return 0;
+    if (d->window == 0) {
+        out[0] = (seg){0, (int32_t)hi};
+        return 1;
+    }
+    const int64_t wlo = (int64_t)p0 - d->window + 1 > 0 ? (int64_t)p0 - d->window + 1 : 0;
+    const int64_t sink_hi = d->n_sink_tokens < hi ? d->n_sink_tokens : hi;
+    if (wlo <= sink_hi) {
+        out[0] = (seg){0, (int32_t)hi};
+        return 1;
+    }
+    int32_t n = 0;
+    if (sink_hi > 0) out[n++] = (seg){0, (int32_t)sink_hi};
+    if (wlo < hi) out[n++] = (seg){(int32_t)wlo, (int32_t)hi};
+    return n;
+}
+
+/* The shape of a call's work, and where everything goes in the up and scratch buffers (in words). */
+typedef struct plan {
+    int32_t G, heads_per_item, rows_per_item, chunk, rows;
+    uint32_t wg, nsg, nq_max, cpi;
+    int64_t n_items, n_reduce, n_tpages, part_words;
+    uint64_t q_w, sink_w, page_w, mask_w, seq_w, item_w, reduce_w, tpage_w, up_words;
+    uint64_t f_page_w, f_v_w; /* baseline: the f32 page layout */
+} plan;
+
+/* Shared memory of attend_common.glsl for nq query vectors (keep in sync with its declarations). */
+static uint64_t shared_bytes(const gokv_layout *L, uint32_t nq, uint32_t wg, uint32_t nsg) {
+    const uint64_t dmax = (uint64_t)(L->d_k > L->d_v ? L->d_k : L->d_v);
+    return 4u * ((uint64_t)nq * (dmax + wg + 2u * nsg + 3u) + 4u * wg);
+}
+
+/* Subgroups a workgroup may be cut into, at most: by the smallest subgroup size its pipelines may get. */
+static uint32_t max_subgroups(const vkb_device *dev, uint32_t wg) {
+    uint32_t smallest = dev->subgroup_min < dev->subgroup_size ? dev->subgroup_min : dev->subgroup_size;
+    if (dev->subgroup_control && dev->tune.subgroup_size) smallest = dev->tune.subgroup_size;
+    if (smallest == 0) smallest = 1;
+    return (wg + smallest - 1) / smallest;
+}
+
+/* Query vectors an item may hold: shared memory for their queries and softmax state, and registers for
+ * their accumulators (at least ceil(d_v / wg) channels each). */
+static gokv_status item_capacity(const vkb_device *dev, const gokv_layout *L, plan *p, uint32_t *cap) {
+    uint64_t budget = dev->tune.shared_budget ? dev->tune.shared_budget : dev->max_shared_bytes;
+    if (budget > dev->max_shared_bytes) budget = dev->max_shared_bytes;
+    const uint32_t min_channels = ((uint32_t)L->d_v + p->wg - 1) / p->wg;
+    uint32_t n = NQ_LIMIT;
+    while (n > 1 && (shared_bytes(L, n, p->wg, p->nsg) > budget || n * min_channels > ACC_BUDGET)) n--;
+    if (shared_bytes(L, n, p->wg, p->nsg) > dev->max_shared_bytes)
+        return gokv_set_error(GOKV_ENOTSUP,
+                              "gokv_attend: vulkan: d_k %d / d_v %d with workgroups of %u need %llu bytes of shared "
+                              "memory, more than this device's %u",
+                              L->d_k, L->d_v, p->wg, (unsigned long long)shared_bytes(L, 1, p->wg, p->nsg),
+                              dev->max_shared_bytes);
+    *cap = n;
+    return GOKV_OK;
+}
+
+/* Value channels per unit of the value pass: the widest (fewer shared loads of p per FMA) whose
+ * accumulators fit ACC_BUDGET and whose token slices stay few. */
+static uint32_t pick_cpi(const gokv_layout *L, uint32_t nq, uint32_t wg) {
+    for (uint32_t cpi = 16; cpi > 1; cpi /= 2) {
+        if ((uint32_t)L->d_v % cpi) continue;
+        const uint32_t nu = (uint32_t)L->d_v / cpi, upi = (nu + wg - 1) / wg, ts = nu >= wg ? 1 : wg / nu;
+        if (nq * cpi * upi <= ACC_BUDGET && ts <= TS_LIMIT) return cpi;
+    }
+    return 1;
+}
+
+/* One tile: rows [r0, r0 + nr) of a sequence, its visible ranges and its split-K chunks. */
+typedef struct tile {
+    int32_t r0, nr, n_segs, vis_len, n_chunks;
+    seg segs[2];
+} tile;
+
+static void tile_init(const gokv_attend_desc *d, const plan *p, int32_t s, int32_t r0, int32_t nr, int32_t rows_seq,
+                      tile *t) {
+    const int32_t p0 = d->q_pos[s] + r0;
+    t->r0 = r0;
+    t->nr = nr;
+    t->n_segs = visible_segments(d, d->kv_len[s], p0, p0 + nr - 1, t->segs);
+    t->vis_len = 0;
+    for (int32_t i = 0; i < t->n_segs; i++) t->vis_len += t->segs[i].hi - t->segs[i].lo;
+    t->n_chunks = rows_seq <= SPLIT_MAX_ROWS && t->vis_len > p->chunk
+                      ? (int32_t)(((int64_t)t->vis_len + p->chunk - 1) / p->chunk)
+                      : 1;
+}
+
+/* Walks the call's tiles and items. Counts them (items, reduce entries, partial words, nq_max) when up is
+ * NULL; otherwise writes the item and reduce tables at the plan's offsets. */
+static void walk_items(const gokv_attend_desc *d, const gokv_layout *L, plan *p, uint32_t *up) {
+    const uint32_t dv2 = (uint32_t)L->d_v + 2u;
+    int64_t n_items = 0, n_reduce = 0, part = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+        for (int32_t r0 = 0; r0 < rows; r0 += p->rows_per_item) {
+            tile t;
+            tile_init(d, p, s, r0, rows - r0 < p->rows_per_item ? rows - r0 : p->rows_per_item, rows, &t);
+            const int32_t per = t.n_chunks > 1 ? p->chunk : t.vis_len;
+            const int32_t len0 = t.n_segs > 0 ? t.segs[0].hi - t.segs[0].lo : 0;
+            for (int32_t kvh = 0; kvh < L->n_kv_heads; kvh++)
+                for (int32_t h0 = 0; h0 < p->G; h0 += p->heads_per_item) {
+                    const int32_t nh = p->G - h0 < p->heads_per_item ? p->G - h0 : p->heads_per_item;
+                    const uint32_t nq = (uint32_t)(t.nr * nh);
+                    const uint32_t qrow0 = (uint32_t)(d->q_indptr[s] + t.r0), head0 = (uint32_t)(kvh * p->G + h0);
+                    if (!up && nq > p->nq_max) p->nq_max = nq;
+                    for (int32_t ch = 0; ch < t.n_chunks; ch++) {
+                        const int32_t v0 = ch * per, v1 = ch == t.n_chunks - 1 ? t.vis_len : v0 + per;
+                        if (up) { /* the chunk [v0, v1) as ranges of the two segments */
+                            uint32_t *it = up + p->item_w + (uint64_t)n_items * ITEM_WORDS;
+                            uint32_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+                            if (v0 < len0) {
+                                a0 = (uint32_t)(t.segs[0].lo + v0);
+                                a1 = (uint32_t)(t.segs[0].lo + (v1 < len0 ? v1 : len0));
+                            }
+                            if (t.n_segs == 2 && v1 > len0) {
+                                b0 = (uint32_t)(t.segs[1].lo + (v0 > len0 ? v0 - len0 : 0));
+                                b1 = (uint32_t)(t.segs[1].lo + (v1 - len0));
+                            }
+                            const uint32_t rec[ITEM_WORDS] = {
+                                (uint32_t)s, (uint32_t)kvh, qrow0, (uint32_t)t.nr, head0, (uint32_t)nh,
+                                (uint32_t)(d->q_pos[s] + t.r0), a0, a1, b0, b1,
+                                t.n_chunks > 1 ? (uint32_t)(part + (int64_t)ch * nq * dv2) : NONE};
+                            memcpy(it, rec, sizeof rec);
+                        }
+                        n_items++;
+                    }
+                    if (t.n_chunks > 1) {
+                        for (uint32_t i = 0; up && i < nq; i++) {
+                            uint32_t *e = up + p->reduce_w + (uint64_t)(n_reduce + i) * REDUCE_WORDS;
+                            const uint32_t head = head0 + i % (uint32_t)nh;
+                            e[0] = (uint32_t)part + i * dv2;
+                            e[1] = (uint32_t)t.n_chunks;
+                            e[2] = nq * dv2;
+                            e[3] = ((qrow0 + i / (uint32_t)nh) * (uint32_t)d->n_heads_q + head) * (uint32_t)L->d_v;
+                            e[4] = head;
+                        }
+                        n_reduce += nq;
+                        part += (int64_t)t.n_chunks * nq * dv2;
+                    }
+                }
+        }
+    }
+    p->n_items = n_items;
+    p->n_reduce = n_reduce;
+    p->part_words = part;
+}
+
+/* Baseline: the page-table entries whose pages a sequence's rows can see get a temporary f32 page each.
+ * Counts them when up is NULL; otherwise writes their entries and the page tables that point at them. */
+static void walk_tpages(const gokv_attend_desc *d, const gokv_layout *L, plan *p, uint32_t *up) {
+    const int32_t P = L->page_size;
+    int64_t n = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s], kv_len = d->kv_len[s];
+        const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
+        seg segs[2];
+        const int32_t n_segs = rows > 0 ? visible_segments(d, kv_len, d->q_pos[s], d->q_pos[s] + rows - 1, segs) : 0;
+        for (int32_t j = d->page_indptr[s]; j < d->page_indptr[s + 1]; j++) {
+            const int32_t start = (j - d->page_indptr[s]) * P, end = start + P < kv_len ? start + P : kv_len;
+            int seen = 0;
+            for (int32_t i = 0; i < n_segs; i++) seen |= segs[i].lo < end && start < segs[i].hi;
+            const int use = seen && d->page_ids[j] >= 0;
+            if (up) {
+                up[p->page_w + (uint64_t)j] = use ? (uint32_t)n : NONE;
+                if (use) {
+                    uint32_t *e = up + p->tpage_w + (uint64_t)n * TPAGE_WORDS;
+                    e[0] = (uint32_t)d->page_ids[j];
+                    e[1] = (uint32_t)start;
+                    e[2] = (uint32_t)(end - start);
+                    e[3] = L->kivi ? (uint32_t)d->residual_slot[s] : 0u;
+                    e[4] = (uint32_t)n_quant;
+                }
+            }
+            n += use;
+        }
+    }
+    p->n_tpages = n;
+}
+
+/* Fills the up buffer: queries, sinks, page tables, masks, sequences, then the item / reduce / page tables. */
+static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, uint32_t *up, int baseline) {
+    memcpy(up + p->q_w, d->q, (size_t)p->rows * (size_t)d->n_heads_q * (size_t)L->d_k * sizeof(float));
+    if (d->sink_logits) memcpy(up + p->sink_w, d->sink_logits, (size_t)d->n_heads_q * sizeof(float));
+    if (baseline)
+        walk_tpages(d, L, p, up);
+    else
+        memcpy(up + p->page_w, d->page_ids, (size_t)d->page_indptr[d->n_seqs] * sizeof(int32_t));
+    if (d->valid_mask) memcpy(up + p->mask_w, d->valid_mask, (size_t)d->valid_indptr[d->n_seqs] * sizeof(uint32_t));
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        uint32_t *e = up + p->seq_w + (uint64_t)s * SEQ_WORDS;
+        const int32_t kv_len = d->kv_len[s];
+        e[0] = (uint32_t)kv_len;
+        e[1] = (uint32_t)(L->kivi && !baseline ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len);
+        e[2] = (uint32_t)(p->page_w + (uint64_t)d->page_indptr[s]);
+        e[3] = d->valid_mask ? (uint32_t)(p->mask_w + (uint64_t)d->valid_indptr[s]) : NONE;
+        e[4] = L->kivi && !baseline && kv_len > 0 ? (uint32_t)d->residual_slot[s] : 0u;
+    }
+    walk_items(d, L, p, up);
+}
+
+/* 2D grid of n workgroups (x at most MAX_GRID); the shaders linearize y * num_x + x and skip the tail. */
+static void dispatch_items(vkb_call *c, VkPipeline pl, const void *push, uint32_t push_bytes, int64_t n) {
+    const uint32_t gx = n < MAX_GRID ? (uint32_t)n : MAX_GRID;
+    vkb_cmd_dispatch(c, pl, push, push_bytes, gx, (uint32_t)((n + gx - 1) / gx), 1);
+}
+
+/* Reserves n words at *w; returns their offset. */
+static uint64_t take(uint64_t *w, uint64_t n) {
+    const uint64_t at = *w;
+    *w += n;
+    return at;
+}
+
+/* Everything a call needs before its command buffer is recorded. */
+typedef struct attend_job {
+    plan p;
+    int baseline;
+    int staged;                         /* inputs copied from up into scratch at in_base (discrete GPUs) */
+    VkPipeline attend, reduce, dequant; /* reduce, dequant: VK_NULL_HANDLE when not needed */
+    uint64_t tpage_words, in_base, scratch_words, down_bytes;
+} attend_job;
+
+/* Plans the call (items, buffer layout) and gets its pipelines. */
+static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const gokv_layout *L,
+                                  const gokv_attend_desc *d, attend_job *j) {
+    const char *op = "gokv_attend";
+    plan *p = &j->p;
+    memset(j, 0, sizeof *j);
+    j->baseline = (d->flags & GOKV_ATTEND_DEQUANT_BASELINE) != 0;
+    j->staged = dev->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    p->rows = d->q_indptr[d->n_seqs];
+    p->G = d->n_heads_q / L->n_kv_heads;
+    p->chunk = d->chunk_size > 0 ? d->chunk_size : dev->tune.chunk_size > 0 ? dev->tune.chunk_size : DEFAULT_CHUNK;
+    p->wg = dev->tune.wg_size;
+    p->nsg = max_subgroups(dev, p->wg);
+    uint32_t cap = 1;
+    gokv_status st = item_capacity(dev, L, p, &cap);
+    if (st) return st;
+    if ((uint32_t)p->G >= cap) { /* one row, the group's heads in near-equal subsets */
+        const int32_t n_sub = (p->G + (int32_t)cap - 1) / (int32_t)cap;
+        p->heads_per_item = (p->G + n_sub - 1) / n_sub;
+        p->rows_per_item = 1;
+    } else {
+        p->heads_per_item = p->G;
+        p->rows_per_item = (int32_t)cap / p->G;
+    }
+    walk_items(d, L, p, NULL);
+    p->cpi = pick_cpi(L, p->nq_max, p->wg);
+    if (p->n_items > (int64_t)MAX_GRID * MAX_GRID || p->n_reduce > (int64_t)MAX_GRID * MAX_GRID)
+        return gokv_set_error(GOKV_ENOMEM, "%s: vulkan: %lld work items are more than one call can dispatch; split the batch",
+                              op, (long long)p->n_items);
+
+    /* the f32 pool the baseline expands into */
+    gokv_layout F;
+    if (j->baseline) {
+        gokv_pool_desc fd = {sizeof fd, GOKV_FORMAT_F32, 0, 0, L->n_kv_heads, L->d_k, L->d_v, 0, L->page_size, 1, 0};
+        gokv_layout_init(&F, &fd);
+        p->f_page_w = F.page_bytes / 4u;
+        p->f_v_w = F.v_codes / 4u;
+        walk_tpages(d, L, p, NULL);
+    }
+
+    /* up layout (words) */
+    uint64_t w = 0;
+    p->q_w = take(&w, (uint64_t)p->rows * (uint64_t)d->n_heads_q * (uint64_t)L->d_k);
+    p->sink_w = d->sink_logits ? take(&w, (uint64_t)d->n_heads_q) : NONE;
+    p->page_w = take(&w, (uint64_t)d->page_indptr[d->n_seqs]);
+    p->mask_w = take(&w, d->valid_mask ? (uint64_t)d->valid_indptr[d->n_seqs] : 0u);
+    p->seq_w = take(&w, (uint64_t)d->n_seqs * SEQ_WORDS);
+    p->item_w = take(&w, (uint64_t)p->n_items * ITEM_WORDS);
+    p->reduce_w = take(&w, (uint64_t)p->n_reduce * REDUCE_WORDS);
+    p->tpage_w = take(&w, (uint64_t)p->n_tpages * TPAGE_WORDS);
+    p->up_words = w;
+    /* scratch layout (words): baseline f32 pages, split-K partials, staged inputs */
+    j->tpage_words = (uint64_t)p->n_tpages * p->f_page_w;
+    j->in_base = j->tpage_words + (uint64_t)p->part_words;
+    j->scratch_words = j->in_base + (j->staged ? p->up_words : 0u);
+    j->down_bytes = (uint64_t)p->rows * (uint64_t)d->n_heads_q * (uint64_t)L->d_v * 4u;
+    const uint64_t limit = dev->max_storage_range;
+    if (p->up_words * 4u > limit || j->scratch_words * 4u > limit || j->down_bytes > limit)
+        return gokv_set_error(GOKV_ENOMEM,
+                              "%s: vulkan: the call needs %llu bytes of inputs, %llu of scratch (%llu of them baseline "
+                              "f32 pages) and %llu of outputs; this device's storage buffers hold %llu bytes at most: "
+                              "attend fewer rows or sequences per call",
+                              op, (unsigned long long)(p->up_words * 4u), (unsigned long long)(j->scratch_words * 4u),
+                              (unsigned long long)(j->tpage_words * 4u), (unsigned long long)j->down_bytes,
+                              (unsigned long long)limit);
+
+    /* pipelines */
+    uint32_t spec[VKB_SPEC_COUNT];
+    if (j->baseline)
+        vkb_pool_spec(dev, &F, spec);
+    else
+        memcpy(spec, pool->spec, sizeof spec);
+    spec[VKB_SPEC_OP0] = p->nq_max;
+    spec[VKB_SPEC_OP1] = p->cpi;
+    spec[VKB_SPEC_OP2] = p->nsg;
+    spec[VKB_SPEC_OP3] = (uint32_t)j->staged;
+    st = vkb_get_pipeline(dev, j->baseline ? "baseline_attend" : "attend", spec, &j->attend);
+    memcpy(spec, pool->spec, sizeof spec);
+    spec[VKB_SPEC_OP3] = (uint32_t)j->staged;
+    if (!st && p->n_reduce) st = vkb_get_pipeline(dev, "reduce", spec, &j->reduce);
+    if (!st && p->n_tpages) st = vkb_get_pipeline(dev, "baseline_dequant", spec, &j->dequant);
+    return st;
+}
+
+/* Fills the call's up buffer and records its commands: [staging copy ->] [baseline_dequant ->] attend
+ * [-> reduce]. */
+static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_desc *d, attend_job *j) {
+    plan *p = &j->p;
+    const uint32_t in_base = (uint32_t)j->in_base;
+    fill_up(d, L, p, (uint32_t *)c->up, j->baseline);
+    if (j->staged) {
+        const VkBufferCopy region = {.srcOffset = 0, .dstOffset = j->in_base * 4u, .size = p->up_words * 4u};
+        vkCmdCopyBuffer(c->cmd, c->d->up.buf, c->d->scratch.buf, 1, &region);
+        vkb_cmd_barrier(c);
+    }
+    if (j->dequant) {
+        const dequant_push dp = {(uint32_t)p->n_tpages, (uint32_t)p->tpage_w, (uint32_t)p->f_page_w,
+                                 (uint32_t)p->f_v_w, in_base};
+        dispatch_items(c, j->dequant, &dp, sizeof dp, p->n_tpages);
+        vkb_cmd_barrier(c);
+    }
+    const attend_push ap = {(uint32_t)p->n_items, (uint32_t)p->item_w, (uint32_t)p->seq_w, (uint32_t)p->q_w,
+                            (uint32_t)p->sink_w, (uint32_t)j->tpage_words, (uint32_t)d->n_heads_q, d->window,
+                            d->n_sink_tokens, d->scale, in_base};
+    dispatch_items(c, j->attend, &ap, sizeof ap, p->n_items);
+    if (j->reduce) {
+        vkb_cmd_barrier(c);
+        const reduce_push rp = {(uint32_t)p->n_reduce, (uint32_t)p->reduce_w, (uint32_t)j->tpage_words,
+                                (uint32_t)p->sink_w, in_base};
+        dispatch_items(c, j->reduce, &rp, sizeof rp, p->n_reduce);
+    }
+}
+
+gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv_attend_desc *d) {
+    vkb_device *dev = dev_;
+    vkb_pool *pool = pool_;
+    if (d->n_seqs == 0 || d->q_indptr[d->n_seqs] == 0) return GOKV_OK;
+    attend_job j;
+    gokv_status st = attend_prepare(dev, pool, L, d, &j);
+    if (st) return st;
+    vkb_call c;
+    st = vkb_call_begin(dev, pool, j.p.up_words * 4u, j.scratch_words * 4u, j.down_bytes, &c);
+    if (st) return st;
+    attend_record(&c, L, d, &j);
+    st = vkb_call_submit(&c, "gokv_attend");
+    if (!st) memcpy(d->out, c.down, (size_t)j.down_bytes);
+    vkb_call_end(&c);
+    return st;
+}
