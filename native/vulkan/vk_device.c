@@ -145,7 +145,7 @@ gokv_status vkb_buffer_create(vkb_device *d, VkDeviceSize size, int host, const 
     if (size > d->max_storage_range)
         return gokv_set_error(GOKV_ENOMEM,
                               "%s: vulkan: %s needs %llu bytes, more than this device's largest storage buffer "
-                              "(maxStorageBufferRange %llu bytes); use fewer pages per pool",
+                              "(maxStorageBufferRange %llu bytes)",
                               op, what, (unsigned long long)size, (unsigned long long)d->max_storage_range);
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .size = size,
@@ -564,6 +564,7 @@ static void query_properties(vkb_device *d, int api13, int ext_sgc) {
     d->props = p2.properties;
     vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem_props);
     d->subgroup_size = sg.subgroupSize;
+    d->subgroup_ops = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ? sg.supportedOperations : 0;
     d->subgroup_min = (api13 || ext_sgc) && sgc.minSubgroupSize ? sgc.minSubgroupSize : sg.subgroupSize;
     d->subgroup_max = (api13 || ext_sgc) && sgc.maxSubgroupSize ? sgc.maxSubgroupSize : sg.subgroupSize;
     d->subgroup_control = (api13 || ext_sgc) && (sgc.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT);
@@ -650,6 +651,11 @@ static gokv_status create_device(vkb_device *d) {
     const int ext_sgc = !api13 && has_extension(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     free(ext);
     query_properties(d, api13, ext_sgc);
+    const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+    if ((d->subgroup_ops & need) != need)
+        return gokv_set_error(GOKV_ENODEV,
+                              "%s: vulkan: %s lacks subgroup arithmetic in compute shaders (supportedOperations 0x%x), "
+                              "which the attention shaders need", op, d->props.deviceName, d->subgroup_ops);
 
     /* Subgroup size control is a feature too: enable it only when the device has it. */
     VkPhysicalDeviceSubgroupSizeControlFeaturesEXT sgf = {
@@ -833,7 +839,7 @@ static gokv_status pool_create(void *dev_, const gokv_pool_desc *desc, const gok
     vkb_pool_spec(d, L, p->spec);
     pthread_mutex_lock(&d->mu);
     gokv_status st = d->lost ? gokv_set_error(GOKV_EDEVICE, "%s: vulkan: the device was lost; close it and open a new one", op)
-                             : vkb_buffer_create(d, page_bytes, 0, op, "the pool's pages", &p->pages);
+                             : vkb_buffer_create(d, page_bytes, 0, op, "the pool's pages (use fewer pages per pool)", &p->pages);
     if (st == GOKV_OK && ring_bytes) st = vkb_buffer_create(d, ring_bytes, 0, op, "the pool's residual slots", &p->ring);
     pthread_mutex_unlock(&d->mu);
     if (st != GOKV_OK) {

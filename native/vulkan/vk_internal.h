@@ -118,6 +118,7 @@ typedef struct vkb_device {
     VkPhysicalDeviceMemoryProperties mem_props;
     uint32_t subgroup_size;        /* the device's default (VkPhysicalDeviceSubgroupProperties) */
     uint32_t subgroup_min, subgroup_max;
+    uint32_t subgroup_ops;         /* VkSubgroupFeatureFlags supported in compute shaders */
     int subgroup_control;          /* 1 when compute pipelines may require a subgroup size */
     uint32_t max_shared_bytes;     /* maxComputeSharedMemorySize */
     uint32_t max_wg_invocations;   /* maxComputeWorkGroupInvocations */

@@ -80,8 +80,16 @@ layout(std430, set = 0, binding = 0) readonly buffer PagesVec { uvec4 pages4[]; 
 #endif
 const bool K_ROW_VEC4 = K_ROW_W % 4u == 0u;
 
-float kv_half(uint i) { return half_to_float((KVW(i >> 1) >> ((i & 1u) * 16u)) & 0xffffu); }
-vec2 unpack_half2(uint x) { return vec2(half_to_float(x & 0xffffu), half_to_float(x >> 16)); }
+// fp16 -> f32 for the finite halves pools hold (values, scales and biases are validated finite on write):
+// equal to common.glsl's half_to_float there, in fewer operations (normal: rebias the exponent;
+// subnormal: man * 2^-24, exact; no reliance on the driver keeping f32 denormals).
+float half_finite(uint h) {
+    uint a = h & 0x7fffu;
+    float f = a < 0x400u ? float(a) * 5.9604644775390625e-8 : uintBitsToFloat((a << 13) + 0x38000000u);
+    return (h & 0x8000u) != 0u ? -f : f;
+}
+float kv_half(uint i) { return half_finite((KVW(i >> 1) >> ((i & 1u) * 16u)) & 0xffffu); }
+vec2 unpack_half2(uint x) { return vec2(half_finite(x & 0xffffu), half_finite(x >> 16)); }
 
 shared vec4 qo[NQ_MAX * DMAX / 4u];       // queries (scaled), then the item's output o[i][c]
 shared float pw[NQ_MAX * WG_SIZE];       // softmax weights p[i][k] of the block
@@ -167,7 +175,8 @@ void score_ring_key(uint rs, uint t, uint head) {
 void load_value_unit(int pg, uint slot, uint head, uint rs, uint c0) {
     if (KIVI != 0u && pg == RING_TOKEN) {
         uint h = ring_v_half(rs, slot, head, c0);
-        [[unroll]] for (uint ch = 0u; ch < CPI; ch++) xv[ch] = ring_half(h + ch);
+        [[unroll]] for (uint ch = 0u; ch < CPI; ch++)
+            xv[ch] = half_finite((rings[(h + ch) >> 1] >> (((h + ch) & 1u) * 16u)) & 0xffffu);
         return;
     }
     uint page = uint(pg);
