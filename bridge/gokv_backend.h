@@ -36,6 +36,34 @@ typedef struct gokv_backend {
     gokv_status (*attend)(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *desc);
 } gokv_backend;
 
+/* The token ranges that queries at positions [p0, p1] of a sequence of kv_len tokens can see under the
+ * call's window W and sink tokens (DESIGN.md §5): [0, min(p1 + 1, kv_len)) without a window, else the sink
+ * tokens [0, n_sink) and the window (p0 - W, p1], merged when they touch. At most two, in order; returns
+ * how many. Every backend cuts its attention work along these ranges, so only they are ever read. */
+typedef struct gokv_range {
+    int32_t lo, hi;
+} gokv_range;
+
+static inline int32_t gokv_visible_ranges(const gokv_attend_desc *d, int32_t kv_len, int32_t p0, int32_t p1,
+                                          gokv_range out[2]) {
+    const int64_t hi = (int64_t)p1 + 1 < kv_len ? (int64_t)p1 + 1 : kv_len;
+    if (hi <= 0) return 0;
+    if (d->window == 0) {
+        out[0].lo = 0, out[0].hi = (int32_t)hi;
+        return 1;
+    }
+    const int64_t wlo = (int64_t)p0 - d->window + 1 > 0 ? (int64_t)p0 - d->window + 1 : 0;
+    const int64_t sink_hi = d->n_sink_tokens < hi ? d->n_sink_tokens : hi;
+    if (wlo <= sink_hi) {
+        out[0].lo = 0, out[0].hi = (int32_t)hi;
+        return 1;
+    }
+    int32_t n = 0;
+    if (sink_hi > 0) out[n].lo = 0, out[n++].hi = (int32_t)sink_hi;
+    if (wlo < hi) out[n].lo = (int32_t)wlo, out[n++].hi = (int32_t)hi;
+    return n;
+}
+
 /* Adds a backend to the registry (idempotent for the same table). The CPU backend is always present. */
 gokv_status gokv_register_backend(const gokv_backend *b);
 

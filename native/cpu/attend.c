@@ -23,29 +23,8 @@
 
 enum { DEFAULT_CHUNK = 512, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16 };
 
-typedef struct seg {
-    int32_t lo, hi;
-} seg;
-
-/* The token ranges that queries at positions [p0, p1] can see, at most two, in order. */
-static int32_t visible_segments(const gokv_attend_desc *d, int32_t kv_len, int32_t p0, int32_t p1, seg out[2]) {
-    const int64_t hi = (int64_t)p1 + 1 < kv_len ? (int64_t)p1 + 1 : kv_len;
-    if (hi <= 0) return 0;
-    if (d->window == 0) {
-        out[0] = (seg){0, (int32_t)hi};
-        return 1;
-    }
-    const int64_t wlo = (int64_t)p0 - d->window + 1 > 0 ? (int64_t)p0 - d->window + 1 : 0;
-    const int64_t sink_hi = d->n_sink_tokens < hi ? d->n_sink_tokens : hi;
-    if (wlo <= sink_hi) {
-        out[0] = (seg){0, (int32_t)hi};
-        return 1;
-    }
-    int32_t n = 0;
-    if (sink_hi > 0) out[n++] = (seg){0, (int32_t)sink_hi};
-    if (wlo < hi) out[n++] = (seg){(int32_t)wlo, (int32_t)hi};
-    return n;
-}
+/* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
+typedef gokv_range seg;
 
 typedef struct work_item {
     int32_t seq, kvh, row0, nrows; /* rows relative to the sequence's first query row */
@@ -335,7 +314,7 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
     /* walk this chunk of the concatenated visible ranges */
     seg segs[2];
     const int32_t p0 = d->q_pos[it->seq] + it->row0, p1 = p0 + it->nrows - 1;
-    const int32_t n_segs = visible_segments(d, d->kv_len[it->seq], p0, p1, segs);
+    const int32_t n_segs = gokv_visible_ranges(d, d->kv_len[it->seq], p0, p1, segs);
     int32_t v = 0;
     for (int32_t s = 0; s < n_segs; s++) {
         const int32_t len = segs[s].hi - segs[s].lo;
@@ -406,7 +385,7 @@ static int32_t tile_chunks(const gokv_attend_desc *d, int32_t seq, int32_t row0,
                            int32_t chunk, int32_t *vis_len) {
     seg segs[2];
     const int32_t p0 = d->q_pos[seq] + row0;
-    const int32_t n = visible_segments(d, d->kv_len[seq], p0, p0 + nrows - 1, segs);
+    const int32_t n = gokv_visible_ranges(d, d->kv_len[seq], p0, p0 + nrows - 1, segs);
     int32_t len = 0;
     for (int32_t s = 0; s < n; s++) len += segs[s].hi - segs[s].lo;
     *vis_len = len;

@@ -63,29 +63,8 @@ typedef struct attend_push {
 typedef struct reduce_push { uint32_t n_entries, entry_w, part_w, sink_w, in_base; } reduce_push;
 typedef struct dequant_push { uint32_t n_pages, entry_w, f_page_w, f_v_w, in_base; } dequant_push;
 
-typedef struct seg {
-    int32_t lo, hi;
-} seg;
-
-/* The token ranges that queries at positions [p0, p1] can see, at most two, in order (as the CPU's). */
-static int32_t visible_segments(const gokv_attend_desc *d, int32_t kv_len, int32_t p0, int32_t p1, seg out[2]) {
-    const int64_t hi = (int64_t)p1 + 1 < kv_len ? (int64_t)p1 + 1 : kv_len;
-    if (hi <= 0) return 0;
-    if (d->window == 0) {
-        out[0] = (seg){0, (int32_t)hi};
-        return 1;
-    }
-    const int64_t wlo = (int64_t)p0 - d->window + 1 > 0 ? (int64_t)p0 - d->window + 1 : 0;
-    const int64_t sink_hi = d->n_sink_tokens < hi ? d->n_sink_tokens : hi;
-    if (wlo <= sink_hi) {
-        out[0] = (seg){0, (int32_t)hi};
-        return 1;
-    }
-    int32_t n = 0;
-    if (sink_hi > 0) out[n++] = (seg){0, (int32_t)sink_hi};
-    if (wlo < hi) out[n++] = (seg){(int32_t)wlo, (int32_t)hi};
-    return n;
-}
+/* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
+typedef gokv_range seg;
 
 /* The shape of a call's work, and where everything goes in the up and scratch buffers (in words). */
 typedef struct plan {
@@ -150,7 +129,7 @@ static void tile_init(const gokv_attend_desc *d, const plan *p, int32_t s, int32
     const int32_t p0 = d->q_pos[s] + r0;
     t->r0 = r0;
     t->nr = nr;
-    t->n_segs = visible_segments(d, d->kv_len[s], p0, p0 + nr - 1, t->segs);
+    t->n_segs = gokv_visible_ranges(d, d->kv_len[s], p0, p0 + nr - 1, t->segs);
     t->vis_len = 0;
     for (int32_t i = 0; i < t->n_segs; i++) t->vis_len += t->segs[i].hi - t->segs[i].lo;
     t->n_chunks = rows_seq <= SPLIT_MAX_ROWS && t->vis_len > p->chunk
@@ -227,7 +206,7 @@ static void walk_tpages(const gokv_attend_desc *d, const gokv_layout *L, plan *p
         const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s], kv_len = d->kv_len[s];
         const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
         seg segs[2];
-        const int32_t n_segs = rows > 0 ? visible_segments(d, kv_len, d->q_pos[s], d->q_pos[s] + rows - 1, segs) : 0;
+        const int32_t n_segs = rows > 0 ? gokv_visible_ranges(d, kv_len, d->q_pos[s], d->q_pos[s] + rows - 1, segs) : 0;
         for (int32_t j = d->page_indptr[s]; j < d->page_indptr[s + 1]; j++) {
             const int32_t start = (j - d->page_indptr[s]) * P, end = start + P < kv_len ? start + P : kv_len;
             int seen = 0;
