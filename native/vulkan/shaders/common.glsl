@@ -145,6 +145,13 @@ uint row_bias_half(uint page, uint head, uint slot, uint j, bool is_v) {
                 : page * PAGE_WORDS * 2u + K_BIAS_H + head * K_SB_HEAD_H + slot * K_GROUPS + j;
 }
 
+// x̂ = q·s + b, kept unfused (`precise`) so that it rounds as the CPU's dequantization does (a GPU
+// compiler may otherwise fuse it into an fma): pool reads are bit-identical across backends.
+float dequant(uint code, float s, float b) {
+    precise float x = float(code) * s + b;
+    return x;
+}
+
 // Element c of a per-token row (f32, f16, q8, q4, and KIVI values).
 float row_elem(uint page, uint head, uint slot, uint c, bool is_v) {
     uint w = row_word(page, head, slot, is_v);
@@ -153,7 +160,7 @@ float row_elem(uint page, uint head, uint slot, uint c, bool is_v) {
     uint j = c / GROUP;
     float s = page_half(row_scale_half(page, head, slot, j, is_v));
     float b = page_half(row_bias_half(page, head, slot, j, is_v));
-    return float(page_code(w, c)) * s + b;
+    return dequant(page_code(w, c), s, b);
 }
 
 // KIVI keys: channel c of the token at `slot`, packed per channel along g tokens.
@@ -161,7 +168,7 @@ float kivi_key_elem(uint page, uint head, uint slot, uint c) {
     uint j = slot / GROUP, t = slot % GROUP;
     uint w = page * PAGE_WORDS + K_CODES_W + head * K_CODES_HEAD_W + j * K_ROW_W + c * (GROUP * BITS / 32u);
     uint hs = page * PAGE_WORDS * 2u + head * K_SB_HEAD_H + j * D_K + c;
-    return float(page_code(w, t)) * page_half(hs + K_SCALE_H) + page_half(hs + K_BIAS_H);
+    return dequant(page_code(w, t), page_half(hs + K_SCALE_H), page_half(hs + K_BIAS_H));
 }
 
 // Key / value element c of the token at (page, slot) as stored in pages.
