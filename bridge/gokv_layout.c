@@ -20,47 +20,49 @@ void gokv_layout_init(gokv_layout *L, const gokv_pool_desc *d) {
 
     const uint64_t bits = (uint64_t)L->bits;
     const int quant = gokv_format_quantized(d->format);
-    uint64_t off = 0;
 
-    /* keys */
-    L->k_codes = off;
+    /* Sizes of one kv head's part of each section; the sections of one head are laid end to end (each on a
+     * 64-byte boundary) and the heads follow each other, so the X_head fields are the stride between heads. */
+    uint64_t k_codes_bytes, k_sb_bytes, v_codes_bytes = 0, v_sb_bytes = 0;
     if (L->kivi) {
         /* per token group: d_k channels x g tokens packed along tokens */
         L->k_row_bytes = (uint64_t)L->d_k * (uint64_t)L->group * bits / 8u;
         L->k_groups = L->d_k;
-        L->k_codes_head = L->k_row_bytes * (P / (uint64_t)L->group);
-        L->k_sb_head = (uint64_t)L->d_k * (P / (uint64_t)L->group) * 2u;
+        k_codes_bytes = L->k_row_bytes * (P / (uint64_t)L->group);
+        k_sb_bytes = (uint64_t)L->d_k * (P / (uint64_t)L->group) * 2u;
     } else {
         L->k_row_bytes = (uint64_t)L->d_k * bits / 8u;
         L->k_groups = quant ? L->d_k / L->group : 0;
-        L->k_codes_head = L->k_row_bytes * P;
-        L->k_sb_head = (uint64_t)L->k_groups * P * 2u;
+        k_codes_bytes = L->k_row_bytes * P;
+        k_sb_bytes = (uint64_t)L->k_groups * P * 2u;
     }
-    off = align64(off + L->k_codes_head * H);
-    L->k_scale = off;
-    off = align64(off + L->k_sb_head * H);
-    L->k_bias = off;
-    off = align64(off + L->k_sb_head * H);
-
     /* values: always per token */
     if (L->v_is_k_prefix) {
         L->v_row_bytes = 0;
         L->v_groups = 0;
-        L->v_codes_head = L->v_sb_head = 0;
-        L->v_codes = L->v_scale = L->v_bias = off;
     } else {
         L->v_row_bytes = (uint64_t)L->d_v * bits / 8u;
         L->v_groups = quant ? L->d_v / L->group : 0;
-        L->v_codes_head = L->v_row_bytes * P;
-        L->v_sb_head = (uint64_t)L->v_groups * P * 2u;
-        L->v_codes = off;
-        off = align64(off + L->v_codes_head * H);
-        L->v_scale = off;
-        off = align64(off + L->v_sb_head * H);
-        L->v_bias = off;
-        off = align64(off + L->v_sb_head * H);
+        v_codes_bytes = L->v_row_bytes * P;
+        v_sb_bytes = (uint64_t)L->v_groups * P * 2u;
     }
-    L->page_bytes = off;
+    uint64_t off = 0;
+    L->k_codes = off;
+    off = align64(off + k_codes_bytes);
+    L->k_scale = off;
+    off = align64(off + k_sb_bytes);
+    L->k_bias = off;
+    off = align64(off + k_sb_bytes);
+    L->v_codes = off;
+    off = align64(off + v_codes_bytes);
+    L->v_scale = off;
+    off = align64(off + v_sb_bytes);
+    L->v_bias = off;
+    off = align64(off + v_sb_bytes);
+    /* off is now the bytes of one head's block */
+    L->k_codes_head = L->k_sb_head = off;
+    L->v_codes_head = L->v_sb_head = L->v_is_k_prefix ? 0 : off;
+    L->page_bytes = off * H;
 
     /* residual ring */
     if (L->kivi) {

@@ -2,17 +2,22 @@
  * gokv_layout.h: the byte layout of one page and one KIVI residual slot (DESIGN.md §4). Shared by the
  * core, every backend and the tests, so that "what is stored" has one definition.
  *
- * A page holds P tokens of every kv head, in sections, each starting on a 64-byte boundary:
+ * A page holds P tokens of every kv head. Heads follow each other, and one head's block holds its sections
+ * end to end, each starting on a 64-byte boundary (so a page is read front to back when its heads are
+ * walked in order, which the hardware prefetchers stream well):
  *
+ *   page = [Hkv] head blocks; a head block is
  *   per-token formats (f32, f16, q8, q4; and KIVI values):
- *     k_codes  [Hkv][P][row bytes]      f32/f16 elements, or packed codes (4-bit: byte = q0 | q1<<4)
- *     k_scale  [Hkv][P][d/g]  fp16      (quantized formats only)
- *     k_bias   [Hkv][P][d/g]  fp16
+ *     k_codes  [P][row bytes]      f32/f16 elements, or packed codes (4-bit: byte = q0 | q1<<4)
+ *     k_scale  [P][d/g]  fp16      (quantized formats only)
+ *     k_bias   [P][d/g]  fp16
  *   KIVI keys (per channel, g consecutive tokens of one channel packed together, as the kernel reads them):
- *     k_codes  [Hkv][P/g][d_k][g*bits/8]  2-bit: byte = t0 | t1<<2 | t2<<4 | t3<<6 (t = token in group)
- *     k_scale  [Hkv][P/g][d_k] fp16
- *     k_bias   [Hkv][P/g][d_k] fp16
+ *     k_codes  [P/g][d_k][g*bits/8]  2-bit: byte = t0 | t1<<2 | t2<<4 | t3<<6 (t = token in group)
+ *     k_scale  [P/g][d_k] fp16
+ *     k_bias   [P/g][d_k] fp16
  *   then v_codes, v_scale, v_bias laid out per token like the first case (absent with v_is_k_prefix).
+ *
+ * Head h's section X starts at X + h * X_head (X_head is the head block's size for every section).
  *
  * Quantization is asymmetric affine per group: s = (max - min) / (2^bits - 1), b = min (both stored as
  * fp16, and q is computed against the fp16-rounded s and b), q = clamp(round((x - b) / s), 0, 2^bits - 1),
@@ -46,7 +51,7 @@ typedef struct gokv_layout {
     int32_t k_groups, v_groups;        /* scale/bias entries per row (KIVI keys: d_k per token group) */
     /* byte offsets of the sections inside a page */
     uint64_t k_codes, k_scale, k_bias, v_codes, v_scale, v_bias;
-    /* bytes of one kv head inside each section */
+    /* stride between kv heads in each section: the size of one head block (v_*: 0 with v_is_k_prefix) */
     uint64_t k_codes_head, k_sb_head, v_codes_head, v_sb_head;
     uint64_t page_bytes;
     /* residual ring */

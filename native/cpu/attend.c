@@ -1,9 +1,12 @@
 /*
  * attend.c: fused decode and prefill attention straight from the compressed pages (DESIGN.md §5).
  *
- * Work is cut into items: (sequence, kv head, tile of query rows, chunk of visible tokens). One item
- * handles every query head of its kv head (G = Hq / Hkv) for its rows, so each K/V element is decoded once
- * per group. The tokens a tile can see are at most two ranges: the sink tokens [0, n_sink) and the window
+ * Work is cut into items: (sequence, range of kv heads, tile of query rows, chunk of visible tokens). An
+ * item handles every query head of its kv heads (G = Hq / Hkv) for its rows, so each K/V element is decoded
+ * once per group. Decode items take all the kv heads of a chunk (fewer only when that leaves too few items to
+ * keep the workers busy) and walk them head-inner, block by block: with the page layout's head blocks
+ * (gokv_layout.h) that reads each page front to back, one stream the hardware prefetchers follow, instead
+ * of short runs scattered a page apart. The tokens a tile can see are at most two ranges: the sink tokens [0, n_sink) and the window
  * (p0 - W, p1] (or simply [0, p1] without a window); tokens outside them are never read, which is what makes
  * sliding-window layers cheap. Those ranges are laid end to end and cut into chunks of C tokens (split-K):
  * each chunk keeps an online softmax state (m, l, o) per query vector; a reduce pass combines chunks:
@@ -21,21 +24,22 @@
 
 #include "cpu_internal.h"
 
-enum { DEFAULT_CHUNK = 512, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16 };
+enum { DEFAULT_CHUNK = 512, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16, ITEM_MAX_HEADS = 16, ITEMS_PER_WORKER = 8 };
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
 
 typedef struct work_item {
-    int32_t seq, kvh, row0, nrows; /* rows relative to the sequence's first query row */
-    int32_t v0, v1;                /* chunk bounds in the concatenated visible ranges */
-    int32_t n_chunks;              /* chunks of this tile; > 1 means partials + reduce */
-    int64_t part;                  /* float offset of this item's partials in the workspace */
+    int32_t seq, kvh, nkvh, row0, nrows; /* kv heads [kvh, kvh + nkvh); rows relative to the sequence's first */
+    int32_t v0, v1;                      /* chunk bounds in the concatenated visible ranges */
+    int32_t chunk, n_chunks;             /* this chunk's index, and the tile's chunk count (> 1: partials + reduce) */
+    int64_t part;                        /* float offset of the row tile's partials (chunk 0, kv head 0) */
 } work_item;
 
+/* A row tile of one kv head. Partials of a row tile: [chunk][kv head][query vector][2 + d_v] floats. */
 typedef struct tile {
     int32_t seq, kvh, row0, nrows, n_chunks;
-    int64_t part; /* first chunk's partials */
+    int64_t part; /* first chunk's partials of this kv head */
 } tile;
 
 typedef struct attend_ctx {
@@ -43,7 +47,7 @@ typedef struct attend_ctx {
     const gokv_layout *L;
     const cpu_pool *pool;
     const cpu_kernels *k;
-    int32_t G, rows_per_tile, nq_max;
+    int32_t G, rows_per_tile, nq_max, heads_max;
     work_item *items;
     tile *tiles;
     float *parts;       /* partial (m, l, o[d_v]) per query vector of split items */
@@ -173,8 +177,8 @@ static void prefetch_rows(const cpu_rows *r) {
     }
 }
 
-/* The keys and values of the block that starts at token t (pages only; the ring is small and recently
- * written). KIVI: the key group; its values are asked for when the group is reached. */
+/* The keys and values of kv head h's block that starts at token t (pages only; the ring is small and
+ * recently written). KIVI: the key group; its values are asked for when the group is reached. */
 static void prefetch_block(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t h, int32_t t,
                           int32_t hi, int32_t n_quant) {
     if (t >= hi || t >= n_quant) return;
@@ -195,79 +199,105 @@ static void prefetch_block(const gokv_layout *L, const cpu_pool *pool, const int
     prefetch_rows(&rv);
 }
 
-/* Scores, masks, and accumulates the tokens [lo, hi) of one sequence for one item. */
+/* One block of tokens [base, base + n), the same for every kv head of an item: where it lives. */
+typedef struct block {
+    int32_t base, n;
+    int32_t lo, hi;      /* the tokens of the block that may be seen (others are masked) */
+    int32_t next;        /* first token of the next block (for prefetching), >= hi of the range when none */
+    const uint8_t *page; /* NULL: ring rows */
+    int32_t slot;        /* first slot in the page (KIVI: the key group's first slot), or ring row */
+} block;
+
+/* Scores, masks and accumulates block b for kv head h into its scratch. */
+static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
+                         const uint8_t *ring) {
+    const gokv_layout *L = c->L;
+    const cpu_kernels *k = c->k;
+    if (!b->page) { /* KIVI residual ring: fp16 rows */
+        cpu_rows rk = cpu_ring_rows(L, ring, h, 0, b->slot, b->n);
+        k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, nq, sc->s, CPU_BLOCK);
+        mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
+        if (softmax_block(c, sc, nq, b->n)) {
+            cpu_rows rv = cpu_ring_rows(L, ring, h, 1, b->slot, b->n);
+            k->accum_rows[CPU_ENC_F16](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+        }
+        return;
+    }
+    if (L->kivi) { /* one whole key group; tokens outside [lo, hi) are masked */
+        cpu_chan ch = cpu_page_chan(L, b->page, h, b->slot / L->group);
+        const cpu_rows rv = cpu_page_rows(L, b->page, h, 1, b->slot, b->n);
+        if (!L->v_is_k_prefix) prefetch_rows(&rv);
+        k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s, CPU_BLOCK);
+        mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
+        if (softmax_block(c, sc, nq, b->n)) {
+            if (L->v_is_k_prefix)
+                k->accum_chan(&ch, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+            else
+                k->accum_rows[cpu_row_enc(L->format)](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+        }
+        return;
+    }
+    const int32_t enc = cpu_row_enc(L->format);
+    cpu_rows rk = cpu_page_rows(L, b->page, h, 0, b->slot, b->n);
+    const cpu_rows rv = cpu_page_rows(L, b->page, h, 1, b->slot, b->n);
+    k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, nq, sc->s, CPU_BLOCK);
+    mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
+    if (softmax_block(c, sc, nq, b->n)) k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+}
+
+/* Walks the tokens [lo, hi) of one sequence in blocks that never cross a page (or a KIVI key group, or the
+ * end of the ring), and each block for every kv head of the item (sc[i] is head it->kvh + i's scratch). */
 static void attend_range(const attend_ctx *c, const work_item *it, const scratch *sc, int32_t nq, int32_t lo, int32_t hi) {
     const gokv_attend_desc *d = c->d;
     const gokv_layout *L = c->L;
-    const cpu_kernels *k = c->k;
-    const int32_t seq = it->seq, h = it->kvh, P = L->page_size;
+    const int32_t seq = it->seq, P = L->page_size;
     const int32_t kv_len = d->kv_len[seq];
     const int32_t *ids = d->page_ids + d->page_indptr[seq];
     const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
-    const int32_t enc = cpu_row_enc(L->format);
     const uint8_t *ring = L->kivi && kv_len > n_quant ? cpu_ring(c->pool, L, d->residual_slot[seq]) : NULL;
     int32_t t = lo;
     while (t < hi) {
-        int32_t base, n;
         const int32_t id = ids[t / P], slot = t % P;
         const int32_t page_end = t - slot + P;
         if (id < 0) { /* released page: nothing visible, even tokens still in a KIVI ring */
             t = page_end;
             continue;
         }
-        if (t >= n_quant) { /* KIVI residual ring: fp16 rows, never past the page (its release hides them) */
+        block b;
+        if (t >= n_quant) { /* KIVI residual ring, never past the page (its release hides them) */
             const int32_t r = t % L->ring_rows;
-            n = hi - t;
+            int32_t n = hi - t;
             n = n < L->ring_rows - r ? n : L->ring_rows - r;
             n = n < CPU_BLOCK ? n : CPU_BLOCK;
             n = n < page_end - t ? n : page_end - t;
-            base = t;
-            cpu_rows rk = cpu_ring_rows(L, ring, h, 0, r, n);
-            k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, nq, sc->s, CPU_BLOCK);
-            mask_block(c, seq, sc, nq, base, n, lo, hi);
-            if (softmax_block(c, sc, nq, n)) {
-                cpu_rows rv = cpu_ring_rows(L, ring, h, 1, r, n);
-                k->accum_rows[CPU_ENC_F16](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+            b = (block){t, n, lo, hi, t + n, NULL, r};
+        } else if (L->kivi) {
+            const int32_t base = t - slot % L->group;
+            const int32_t block_hi = base + L->group < n_quant ? base + L->group : n_quant; /* ring tokens from the ring */
+            const int32_t end = block_hi < hi ? block_hi : hi;
+            b = (block){base, L->group, t, end, end, cpu_page(c->pool, L, id), slot - slot % L->group};
+        } else {
+            int32_t n = hi - t;
+            n = n < page_end - t ? n : page_end - t;
+            n = n < CPU_BLOCK ? n : CPU_BLOCK;
+            b = (block){t, n, lo, hi, t + n, cpu_page(c->pool, L, id), slot};
+            if (t == lo) { /* later blocks are asked for by their predecessor */
+                const cpu_rows rk = cpu_page_rows(L, b.page, it->kvh, 0, slot, n), rv = cpu_page_rows(L, b.page, it->kvh, 1, slot, n);
+                prefetch_rows(&rk);
+                prefetch_rows(&rv);
             }
-            t += n;
-            continue;
         }
-        const uint8_t *page = cpu_page(c->pool, L, id);
-        if (L->kivi) { /* one whole key group; tokens outside [t, hi) are masked */
-            const int32_t j = slot / L->group;
-            base = t - slot % L->group;
-            n = L->group;
-            cpu_chan ch = cpu_page_chan(L, page, h, j);
-            const cpu_rows rv = cpu_page_rows(L, page, h, 1, j * L->group, n);
-            if (!L->v_is_k_prefix) prefetch_rows(&rv);
-            k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s, CPU_BLOCK);
-            const int32_t block_hi = base + n < n_quant ? base + n : n_quant; /* ring tokens are read from the ring */
-            mask_block(c, seq, sc, nq, base, n, t, block_hi < hi ? block_hi : hi);
-            prefetch_block(L, c->pool, ids, h, block_hi < hi ? block_hi : hi, hi, n_quant);
-            if (softmax_block(c, sc, nq, n)) {
-                if (L->v_is_k_prefix)
-                    k->accum_chan(&ch, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+        for (int32_t i = 0; i < it->nkvh; i++) {
+            /* ask for what comes next in walk order: this block's next head, or the next block's first */
+            if (b.page) {
+                if (i + 1 < it->nkvh)
+                    prefetch_block(L, c->pool, ids, it->kvh + i + 1, t, hi, n_quant);
                 else
-                    k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+                    prefetch_block(L, c->pool, ids, it->kvh, b.next, hi, n_quant);
             }
-            t = block_hi < hi ? block_hi : hi;
-            continue;
+            attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring);
         }
-        base = t;
-        n = hi - t;
-        n = n < page_end - t ? n : page_end - t;
-        n = n < CPU_BLOCK ? n : CPU_BLOCK;
-        cpu_rows rk = cpu_page_rows(L, page, h, 0, slot, n);
-        const cpu_rows rv = cpu_page_rows(L, page, h, 1, slot, n);
-        if (t == lo) { /* later blocks were asked for by their predecessor */
-            prefetch_rows(&rk);
-            prefetch_rows(&rv);
-        }
-        k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, nq, sc->s, CPU_BLOCK);
-        mask_block(c, seq, sc, nq, base, n, lo, hi);
-        prefetch_block(L, c->pool, ids, h, t + n, hi, n_quant);
-        if (softmax_block(c, sc, nq, n)) k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
-        t += n;
+        t = b.next;
     }
 }
 
@@ -290,26 +320,31 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
     const gokv_attend_desc *d = c->d;
     const gokv_layout *L = c->L;
     const int32_t G = c->G, nq = it->nrows * G, dk = L->d_k, dv = L->d_v;
-    scratch sc = carve(c->scratch + (size_t)worker * c->scratch_bytes, L, c->nq_max);
+    scratch sc[ITEM_MAX_HEADS];
     const int32_t qrow0 = d->q_indptr[it->seq] + it->row0;
-    for (int32_t r = 0; r < it->nrows; r++)
-        for (int32_t g = 0; g < G; g++) {
-            const int32_t i = r * G + g;
-            const float *src = d->q + ((size_t)(qrow0 + r) * d->n_heads_q + (size_t)it->kvh * G + g) * dk;
-            for (int32_t x = 0; x < dk; x++) sc.q[(size_t)i * dk + x] = src[x] * d->scale;
-            sc.pos[i] = d->q_pos[it->seq] + it->row0 + r;
-            sc.m[i] = -INFINITY;
-            sc.l[i] = 0.0f;
-        }
-    memset(sc.o, 0, (size_t)nq * dv * sizeof *sc.o);
-    if (L->group && !L->kivi) { /* Σ q over each group, for the bias term of per-token formats */
-        const int32_t ng = dk / L->group;
-        for (int32_t i = 0; i < nq; i++)
-            for (int32_t j = 0; j < ng; j++) {
-                float acc = 0.0f;
-                for (int32_t x = j * L->group; x < (j + 1) * L->group; x++) acc += sc.q[(size_t)i * dk + x];
-                sc.qsum[(size_t)i * ng + j] = acc;
+    for (int32_t hh = 0; hh < it->nkvh; hh++) {
+        const int32_t kvh = it->kvh + hh;
+        scratch *s = &sc[hh];
+        *s = carve(c->scratch + (size_t)worker * c->scratch_bytes + (size_t)hh * scratch_size(L, c->nq_max), L, c->nq_max);
+        for (int32_t r = 0; r < it->nrows; r++)
+            for (int32_t g = 0; g < G; g++) {
+                const int32_t i = r * G + g;
+                const float *src = d->q + ((size_t)(qrow0 + r) * d->n_heads_q + (size_t)kvh * G + g) * dk;
+                for (int32_t x = 0; x < dk; x++) s->q[(size_t)i * dk + x] = src[x] * d->scale;
+                s->pos[i] = d->q_pos[it->seq] + it->row0 + r;
+                s->m[i] = -INFINITY;
+                s->l[i] = 0.0f;
             }
+        memset(s->o, 0, (size_t)nq * dv * sizeof *s->o);
+        if (L->group && !L->kivi) { /* Σ q over each group, for the bias term of per-token formats */
+            const int32_t ng = dk / L->group;
+            for (int32_t i = 0; i < nq; i++)
+                for (int32_t j = 0; j < ng; j++) {
+                    float acc = 0.0f;
+                    for (int32_t x = j * L->group; x < (j + 1) * L->group; x++) acc += s->q[(size_t)i * dk + x];
+                    s->qsum[(size_t)i * ng + j] = acc;
+                }
+        }
     }
     /* walk this chunk of the concatenated visible ranges */
     seg segs[2];
@@ -319,26 +354,30 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
     for (int32_t s = 0; s < n_segs; s++) {
         const int32_t len = segs[s].hi - segs[s].lo;
         const int32_t a = it->v0 > v ? it->v0 : v, b = it->v1 < v + len ? it->v1 : v + len;
-        if (a < b) attend_range(c, it, &sc, nq, segs[s].lo + (a - v), segs[s].lo + (b - v));
+        if (a < b) attend_range(c, it, sc, nq, segs[s].lo + (a - v), segs[s].lo + (b - v));
         v += len;
     }
-    if (it->n_chunks > 1) { /* partials for the reduce pass */
-        float *part = c->parts + it->part;
-        for (int32_t i = 0; i < nq; i++) {
-            float *pi = part + (size_t)i * (dv + 2);
-            pi[0] = sc.m[i];
-            pi[1] = sc.l[i];
-            memcpy(pi + 2, sc.o + (size_t)i * dv, (size_t)dv * sizeof(float));
+    for (int32_t hh = 0; hh < it->nkvh; hh++) {
+        const int32_t kvh = it->kvh + hh;
+        const scratch *s = &sc[hh];
+        if (it->n_chunks > 1) { /* partials for the reduce pass */
+            float *part = c->parts + it->part + ((int64_t)it->chunk * L->n_kv_heads + kvh) * nq * (dv + 2);
+            for (int32_t i = 0; i < nq; i++) {
+                float *pi = part + (size_t)i * (dv + 2);
+                pi[0] = s->m[i];
+                pi[1] = s->l[i];
+                memcpy(pi + 2, s->o + (size_t)i * dv, (size_t)dv * sizeof(float));
+            }
+            continue;
         }
-        return;
+        for (int32_t r = 0; r < it->nrows; r++)
+            for (int32_t g = 0; g < G; g++) {
+                const int32_t i = r * G + g, head = kvh * G + g;
+                float *out = d->out + ((size_t)(qrow0 + r) * d->n_heads_q + head) * dv;
+                finalize(out, s->o + (size_t)i * dv, s->m[i], s->l[i], d->sink_logits != NULL,
+                         d->sink_logits ? d->sink_logits[head] : 0.0f, dv);
+            }
     }
-    for (int32_t r = 0; r < it->nrows; r++)
-        for (int32_t g = 0; g < G; g++) {
-            const int32_t i = r * G + g, head = it->kvh * G + g;
-            float *out = d->out + ((size_t)(qrow0 + r) * d->n_heads_q + head) * dv;
-            finalize(out, sc.o + (size_t)i * dv, sc.m[i], sc.l[i], d->sink_logits != NULL,
-                     d->sink_logits ? d->sink_logits[head] : 0.0f, dv);
-        }
 }
 
 static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
@@ -348,7 +387,7 @@ static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
     if (tl->n_chunks <= 1) return;
     const gokv_attend_desc *d = c->d;
     const int32_t G = c->G, dv = c->L->d_v, nq = tl->nrows * G;
-    const size_t stride = (size_t)nq * (dv + 2); /* floats per chunk */
+    const size_t stride = (size_t)c->L->n_kv_heads * nq * (dv + 2); /* floats per chunk */
     const int32_t qrow0 = d->q_indptr[tl->seq] + tl->row0;
     for (int32_t r = 0; r < tl->nrows; r++)
         for (int32_t g = 0; g < G; g++) {
@@ -393,6 +432,20 @@ static int32_t tile_chunks(const gokv_attend_desc *d, int32_t seq, int32_t row0,
     return (int32_t)(((int64_t)len + chunk - 1) / chunk);
 }
 
+/* Split-K chunk when the call leaves it to us: DEFAULT_CHUNK, or longer when the decode rows' visible tokens
+ * give every worker ITEMS_PER_WORKER chunks anyway. Every item start costs a cold block (the prefetch
+ * chain restarts) and a partial to reduce, so long contexts take fewer, longer chunks. */
+static int32_t default_chunk(const gokv_attend_desc *d, int32_t n_workers) {
+    int64_t total = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+        if (rows > 0 && rows <= SPLIT_MAX_ROWS) total += d->kv_len[s];
+    }
+    const int64_t per = total / ((int64_t)ITEMS_PER_WORKER * n_workers);
+    if (per <= DEFAULT_CHUNK) return DEFAULT_CHUNK;
+    return per >= (1 << 30) ? 1 << 30 : (int32_t)((per + CPU_BLOCK - 1) / CPU_BLOCK * CPU_BLOCK);
+}
+
 gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_attend_desc *d) {
     cpu_device *dev = dev_;
     if (d->flags & GOKV_ATTEND_DEQUANT_BASELINE) return cpu_attend_dequant_baseline(dev, pool, L, d);
@@ -403,10 +456,11 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.k = cpu_kernels_for_call(d->flags);
     c.G = d->n_heads_q / L->n_kv_heads;
     c.rows_per_tile = PREFILL_TILE_VECTORS / c.G > 1 ? PREFILL_TILE_VECTORS / c.G : 1;
-    const int32_t chunk = d->chunk_size > 0 ? d->chunk_size : DEFAULT_CHUNK;
+    const int32_t n_workers = cpu_threadpool_size(dev->tp);
+    const int32_t chunk = d->chunk_size > 0 ? d->chunk_size : default_chunk(d, n_workers);
 
-    /* plan: count tiles, items and partial floats */
-    int64_t n_tiles = 0, n_items = 0, n_part = 0;
+    /* plan: count row tiles and their chunks; decode tiles (split) group kv heads into items */
+    int64_t n_row_tiles = 0, n_split_chunks = 0, n_part = 0;
     int32_t max_rows = 1;
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
@@ -415,15 +469,32 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
             const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
             int32_t vl;
             const int32_t nc = tile_chunks(d, s, r0, nr, rows, chunk, &vl);
-            n_tiles += L->n_kv_heads;
-            n_items += (int64_t)nc * L->n_kv_heads;
+            n_row_tiles++;
+            if (rows <= SPLIT_MAX_ROWS) n_split_chunks += nc;
             if (nc > 1) n_part += (int64_t)nc * L->n_kv_heads * nr * c.G * (L->d_v + 2);
             max_rows = nr > max_rows ? nr : max_rows;
         }
     }
+    /* kv heads per decode item: all of them (up to ITEM_MAX_HEADS), halved while that leaves fewer than
+     * ITEMS_PER_WORKER items per worker */
+    int32_t hpi = L->n_kv_heads < ITEM_MAX_HEADS ? L->n_kv_heads : ITEM_MAX_HEADS;
+    while (hpi > 1 && n_split_chunks * ((L->n_kv_heads + hpi - 1) / hpi) < (int64_t)ITEMS_PER_WORKER * n_workers)
+        hpi = (hpi + 1) / 2;
+    int64_t n_items = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+        const int32_t rt = rows <= SPLIT_MAX_ROWS ? rows : c.rows_per_tile;
+        const int32_t heads = rows <= SPLIT_MAX_ROWS ? hpi : 1;
+        for (int32_t r0 = 0; r0 < rows; r0 += rt) {
+            const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
+            int32_t vl;
+            n_items += (int64_t)tile_chunks(d, s, r0, nr, rows, chunk, &vl) * ((L->n_kv_heads + heads - 1) / heads);
+        }
+    }
+    const int64_t n_tiles = n_row_tiles * L->n_kv_heads;
     c.nq_max = max_rows * c.G;
-    c.scratch_bytes = align_up(scratch_size(L, c.nq_max));
-    const int32_t n_workers = cpu_threadpool_size(dev->tp);
+    c.heads_max = hpi;
+    c.scratch_bytes = align_up(scratch_size(L, c.nq_max) * (size_t)hpi);
     const size_t need = align_up((size_t)n_tiles * sizeof(tile)) + align_up((size_t)n_items * sizeof(work_item)) +
                         align_up((size_t)n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + 64;
 
@@ -448,19 +519,22 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
         const int32_t rt = rows <= SPLIT_MAX_ROWS ? rows : c.rows_per_tile;
+        const int32_t heads = rows <= SPLIT_MAX_ROWS ? hpi : 1;
         for (int32_t r0 = 0; r0 < rows; r0 += rt) {
             const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
             int32_t vl;
             const int32_t nc = tile_chunks(d, s, r0, nr, rows, chunk, &vl);
             const int32_t per = nc > 1 ? chunk : vl;
-            for (int32_t h = 0; h < L->n_kv_heads; h++) {
-                c.tiles[ti++] = (tile){s, h, r0, nr, nc, part};
-                for (int32_t ch = 0; ch < nc; ch++) {
-                    const int32_t v0 = ch * per, v1 = ch == nc - 1 ? vl : v0 + per;
-                    c.items[ii++] = (work_item){s, h, r0, nr, v0, v1, nc, nc > 1 ? part : -1};
-                    if (nc > 1) part += (int64_t)nr * c.G * (L->d_v + 2);
+            const int64_t head_part = (int64_t)nr * c.G * (L->d_v + 2);
+            for (int32_t h = 0; h < L->n_kv_heads; h++) c.tiles[ti++] = (tile){s, h, r0, nr, nc, part + h * head_part};
+            for (int32_t ch = 0; ch < nc; ch++) {
+                const int32_t v0 = ch * per, v1 = ch == nc - 1 ? vl : v0 + per;
+                for (int32_t h = 0; h < L->n_kv_heads; h += heads) {
+                    const int32_t nh = L->n_kv_heads - h < heads ? L->n_kv_heads - h : heads;
+                    c.items[ii++] = (work_item){s, h, nh, r0, nr, v0, v1, ch, nc, nc > 1 ? part : -1};
                 }
             }
+            if (nc > 1) part += (int64_t)nc * L->n_kv_heads * head_part;
         }
     }
     cpu_threadpool_run(dev->tp, n_items, run_item, &c);

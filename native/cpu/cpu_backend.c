@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "cpu_internal.h"
 #include "gokv_core.h"
@@ -177,10 +180,44 @@ static gokv_status cpu_device_info(void *impl, gokv_device_info *out) {
 
 /* ---- pools ---- */
 
-static void *alloc_aligned(size_t bytes, void **raw) {
-    *raw = calloc(1, bytes + 64);
-    if (!*raw) return NULL;
-    return (void *)(((uintptr_t)*raw + 63u) & ~(uintptr_t)63u);
+/* Pool memory: zeroed and 64-byte aligned. Pools of 2 MiB or more come from an anonymous mapping aligned to
+ * 2 MiB and marked MADV_HUGEPAGE: a long context is a walk over thousands of scattered page sections, and
+ * with 4 KiB pages nearly every one of them costs a TLB miss and a page walk (the kernel may decline the
+ * advice; the memory is then simply 4 KiB pages). Smaller pools, and systems without mmap, use calloc. */
+enum { POOL_HUGE = 2u << 20 };
+
+static void *pool_alloc(size_t bytes, pool_mem *m) {
+    memset(m, 0, sizeof *m);
+#if defined(__linux__)
+    if (bytes >= POOL_HUGE) {
+        const size_t len = bytes + POOL_HUGE;
+        void *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw != MAP_FAILED) {
+            m->raw = raw;
+            m->mapped = len;
+            void *p = (void *)(((uintptr_t)raw + POOL_HUGE - 1u) & ~(uintptr_t)(POOL_HUGE - 1u));
+#if defined(MADV_HUGEPAGE)
+            (void)madvise(p, (bytes + POOL_HUGE - 1u) & ~(size_t)(POOL_HUGE - 1u), MADV_HUGEPAGE);
+#endif
+            return p;
+        }
+    }
+#endif
+    m->raw = calloc(1, bytes + 64);
+    if (!m->raw) return NULL;
+    return (void *)(((uintptr_t)m->raw + 63u) & ~(uintptr_t)63u);
+}
+
+static void pool_free(pool_mem *m) {
+#if defined(__linux__)
+    if (m->mapped) {
+        munmap(m->raw, m->mapped);
+        memset(m, 0, sizeof *m);
+        return;
+    }
+#endif
+    free(m->raw);
+    memset(m, 0, sizeof *m);
 }
 
 static gokv_status cpu_pool_create(void *dev, const gokv_pool_desc *desc, const gokv_layout *L, void **impl) {
@@ -190,11 +227,11 @@ static gokv_status cpu_pool_create(void *dev, const gokv_pool_desc *desc, const 
     p->n_pages = desc->n_pages;
     p->n_slots = desc->n_residual_slots;
     const size_t page_total = (size_t)L->page_bytes * (size_t)desc->n_pages;
-    p->pages = alloc_aligned(page_total, &p->pages_alloc);
-    if (p->pages && p->n_slots > 0) p->rings = alloc_aligned((size_t)L->ring_bytes * (size_t)p->n_slots, &p->rings_alloc);
+    p->pages = pool_alloc(page_total, &p->pages_mem);
+    if (p->pages && p->n_slots > 0) p->rings = pool_alloc((size_t)L->ring_bytes * (size_t)p->n_slots, &p->rings_mem);
     if (!p->pages || (p->n_slots > 0 && !p->rings)) {
-        free(p->pages_alloc);
-        free(p->rings_alloc);
+        pool_free(&p->pages_mem);
+        pool_free(&p->rings_mem);
         free(p);
         return gokv_set_error(GOKV_ENOMEM, "gokv_pool_create: cannot allocate %d pages of %llu bytes (%zu MiB)",
                               desc->n_pages, (unsigned long long)L->page_bytes, page_total >> 20);
@@ -206,8 +243,8 @@ static gokv_status cpu_pool_create(void *dev, const gokv_pool_desc *desc, const 
 static void cpu_pool_destroy(void *dev, void *impl) {
     (void)dev;
     cpu_pool *p = impl;
-    free(p->pages_alloc);
-    free(p->rings_alloc);
+    pool_free(&p->pages_mem);
+    pool_free(&p->rings_mem);
     free(p);
 }
 

@@ -21,10 +21,16 @@ typedef struct cpu_device {
     size_t ws_bytes;
 } cpu_device;
 
+/* A pool's memory: calloc'd, or an anonymous mapping of `mapped` bytes (cpu_backend.c). */
+typedef struct pool_mem {
+    void *raw;
+    size_t mapped;
+} pool_mem;
+
 typedef struct cpu_pool {
     uint8_t *pages; /* n_pages * page_bytes, 64-byte aligned */
     uint8_t *rings; /* n_residual_slots * ring_bytes (KIVI) */
-    void *pages_alloc, *rings_alloc;
+    pool_mem pages_mem, rings_mem;
     int32_t n_pages, n_slots;
 } cpu_pool;
 

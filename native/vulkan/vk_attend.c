@@ -61,7 +61,7 @@ typedef struct attend_push {
     uint32_t in_base;
 } attend_push;
 typedef struct reduce_push { uint32_t n_entries, entry_w, part_w, sink_w, in_base; } reduce_push;
-typedef struct dequant_push { uint32_t n_pages, entry_w, f_page_w, f_v_w, in_base; } dequant_push;
+typedef struct dequant_push { uint32_t n_pages, entry_w, f_page_w, f_v_w, f_head_w, in_base; } dequant_push;
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
@@ -72,7 +72,7 @@ typedef struct plan {
     uint32_t wg, nsg, nq_max, cpi;
     int64_t n_items, n_reduce, n_tpages, part_words;
     uint64_t q_w, sink_w, page_w, mask_w, seq_w, item_w, reduce_w, tpage_w, up_words;
-    uint64_t f_page_w, f_v_w; /* baseline: the f32 page layout */
+    uint64_t f_page_w, f_v_w, f_head_w; /* baseline: the f32 page layout */
 } plan;
 
 /* Shared memory of attend_common.glsl for nq query vectors (keep in sync with its declarations). */
@@ -309,6 +309,7 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
         gokv_layout_init(&F, &fd);
         p->f_page_w = F.page_bytes / 4u;
         p->f_v_w = F.v_codes / 4u;
+        p->f_head_w = F.k_codes_head / 4u;
         walk_tpages(d, L, p, NULL);
     }
 
@@ -369,7 +370,7 @@ static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_d
     }
     if (j->dequant) {
         const dequant_push dp = {(uint32_t)p->n_tpages, (uint32_t)p->tpage_w, (uint32_t)p->f_page_w,
-                                 (uint32_t)p->f_v_w, in_base};
+                                 (uint32_t)p->f_v_w, (uint32_t)p->f_head_w, in_base};
         dispatch_items(c, j->dequant, &dp, sizeof dp, p->n_tpages);
         vkb_cmd_barrier(c);
     }

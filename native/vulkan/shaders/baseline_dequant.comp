@@ -17,7 +17,8 @@ layout(push_constant) uniform Push {
     uint n_pages;   // temporary pages
     uint entry_w;   // entry table in the inputs
     uint f_page_w;  // words of one f32 page
-    uint f_v_w;     // word offset of the f32 page's V section
+    uint f_v_w;     // word offset of the f32 page's V section inside a head block
+    uint f_head_w;  // words of one f32 head block (gokv_layout.h)
     uint in_base;   // staged inputs in scratch (attend_inputs.glsl)
 } pc;
 
@@ -35,11 +36,11 @@ void main() {
         bool ring = KIVI != 0u && t >= n_quant;
         if (c < D_K) {
             float k = ring ? ring_key(rs, t, h, c) : key_elem(page, h, slot, c);
-            scratch[base + (h * PAGE_SIZE + slot) * D_K + c] = floatBitsToUint(k);
+            scratch[base + h * pc.f_head_w + slot * D_K + c] = floatBitsToUint(k);
         } else {
             c -= D_K;
             float v = ring ? ring_value(rs, t, h, c) : value_elem(page, h, slot, c);
-            scratch[base + pc.f_v_w + (h * PAGE_SIZE + slot) * D_V + c] = floatBitsToUint(v);
+            scratch[base + h * pc.f_head_w + pc.f_v_w + slot * D_V + c] = floatBitsToUint(v);
         }
     }
 }
