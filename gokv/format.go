@@ -241,8 +241,9 @@ func (f Format) BytesPerToken(kvHeads, dk, dv int, vIsKPrefix bool) float64 {
 func formatAlign64(x int64) int64 { return (x + 63) &^ 63 }
 
 // PageBytes returns the bytes of one page of pageSize tokens for kvHeads heads, exactly as the C core
-// lays it out (bridge/gokv_layout.c): key codes, key scales, key biases, then value codes, scales and
-// biases (absent when vIsKPrefix), each section starting on a 64-byte boundary. KIVI keys are packed per
+// lays it out (bridge/gokv_layout.c): one block per kv head, each holding the head's key codes, key scales,
+// key biases, then value codes, scales and biases (absent when vIsKPrefix), each section starting on a
+// 64-byte boundary. KIVI keys are packed per
 // channel over groups of Group tokens, so pageSize must be a multiple of Group for KIVI. The arguments
 // are assumed valid (Validate, and pageSize a multiple of 8).
 func (f Format) PageBytes(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) int64 {
@@ -259,16 +260,16 @@ func (f Format) PageBytes(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) int64 
 	default:
 		kCodesHead = int64(dk) * bits / 8 * P
 	}
-	bytes := formatAlign64(kCodesHead*H) + 2*formatAlign64(kScaleHead*H)
+	head := formatAlign64(kCodesHead) + 2*formatAlign64(kScaleHead)
 	if !vIsKPrefix {
 		vCodesHead := int64(dv) * bits / 8 * P
 		var vScaleHead int64
 		if f.Kind.Quantized() {
 			vScaleHead = int64(dv) / g * P * 2
 		}
-		bytes += formatAlign64(vCodesHead*H) + 2*formatAlign64(vScaleHead*H)
+		head += formatAlign64(vCodesHead) + 2*formatAlign64(vScaleHead)
 	}
-	return bytes
+	return head * H
 }
 
 // ResidualSlotBytes returns the bytes of one sequence's KIVI residual ring in one layer, as the C core

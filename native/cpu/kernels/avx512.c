@@ -146,7 +146,8 @@ AVX512_INLINE __m512 avx512_hsum16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xDD));
 }
 
-/* Copies nq query rows into qp[i * dpad ..] in the encoding's slab order, zero-padded to dpad. */
+/* Copies nq query rows into qp in the encoding's slab order, zero-padded to dpad, slab-major: slab k of
+ * query i at qp[(k * nq + i) * 32 ..], so that a slab's queries sit at constant offsets from one pointer. */
 AVX512_INLINE void avx512_permute_queries(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t dpad, int32_t enc,
                                           float *qp) {
     const __m512i pa = _mm512_loadu_si512(avx512_perm(enc)), pb = _mm512_loadu_si512(avx512_perm(enc) + 16);
@@ -155,8 +156,9 @@ AVX512_INLINE void avx512_permute_queries(const float *q, size_t ldq, int32_t nq
             const float *src = q + (size_t)i * ldq + (size_t)k * 32;
             const __m512 lo = _mm512_maskz_loadu_ps(avx512_mask(d - k * 32), src);
             const __m512 hi = _mm512_maskz_loadu_ps(avx512_mask(d - k * 32 - 16), src + 16);
-            _mm512_storeu_ps(qp + (size_t)i * dpad + k * 32, _mm512_permutex2var_ps(lo, pa, hi));
-            _mm512_storeu_ps(qp + (size_t)i * dpad + k * 32 + 16, _mm512_permutex2var_ps(lo, pb, hi));
+            float *dst = qp + ((size_t)k * nq + i) * 32;
+            _mm512_storeu_ps(dst, _mm512_permutex2var_ps(lo, pa, hi));
+            _mm512_storeu_ps(dst + 16, _mm512_permutex2var_ps(lo, pb, hi));
         }
 }
 
@@ -173,19 +175,21 @@ AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float
     for (int u = 0; u < TU; u++)
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) acc[u][i] = _mm512_setzero_ps();
+    const uint8_t *row0 = r->codes + (size_t)t * r->row_stride;
+    const float *sf0 = sf + (size_t)t * ng, *bf0 = bf + (size_t)t * ng;
     for (int32_t k = 0; k < nslab; k++) {
-        __m512 a[4], b[4];
         const int32_t j = k >> gshift;
-        #pragma GCC unroll 4
-        for (int u = 0; u < TU; u++)
-            avx512_slab(r->codes + (size_t)(t + u) * r->row_stride, k, enc, d, sf + (size_t)(t + u) * ng + j,
-                        bf + (size_t)(t + u) * ng + j, &a[u], &b[u]);
-        const float *qk = qp + (size_t)k * 32;
+        /* the slab's queries once, then one token at a time: its decoded slab meets every query */
+        const float *qk = qp + (size_t)k * NQ * 32;
+        __m512 qa[AVX512_MAX_NQ], qb[AVX512_MAX_NQ];
         #pragma GCC unroll 8
-        for (int i = 0; i < NQ; i++) {
-            const __m512 qa = _mm512_loadu_ps(qk + (size_t)i * dpad), qb = _mm512_loadu_ps(qk + (size_t)i * dpad + 16);
-            #pragma GCC unroll 4
-            for (int u = 0; u < TU; u++) acc[u][i] = _mm512_fmadd_ps(b[u], qb, _mm512_fmadd_ps(a[u], qa, acc[u][i]));
+        for (int i = 0; i < NQ; i++) qa[i] = _mm512_loadu_ps(qk + i * 32), qb[i] = _mm512_loadu_ps(qk + i * 32 + 16);
+        #pragma GCC unroll 4
+        for (int u = 0; u < TU; u++) {
+            __m512 a, b;
+            avx512_slab(row0 + (size_t)u * r->row_stride, k, enc, d, sf0 + (size_t)u * ng + j, bf0 + (size_t)u * ng + j, &a, &b);
+            #pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) acc[u][i] = _mm512_fmadd_ps(b, qb[i], _mm512_fmadd_ps(a, qa[i], acc[u][i]));
         }
     }
     #pragma GCC unroll 4
