@@ -291,6 +291,16 @@ double gokv_cpu_measure_peak_gflops(int32_t n_threads) {
 #endif
     default: j.iters = ROOFLINE_FMA_ITERS / 8; break;
     }
-    const double dt = roofline_run(&j);
+    /* Three rounds of passes 50 ms apart, best pass wins: on a shared or virtual machine a core can be taken
+     * away for a few milliseconds, and a peak measured during that would halve every floor it feeds. */
+    double dt = 0.0;
+    for (int round = 0; round < 3; round++) {
+        if (round > 0) {
+            const struct timespec pause = {0, 50 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        const double r = roofline_run(&j);
+        if (r > 0.0 && (dt == 0.0 || r < dt)) dt = r;
+    }
     return dt > 0.0 ? flops_per_iter * (double)j.iters * n_threads / dt * 1e-9 : 0.0;
 }
