@@ -3,6 +3,13 @@
 
 static uint64_t align64(uint64_t x) { return (x + 63u) & ~(uint64_t)63u; }
 
+/* Places a section of `bytes` at *off and moves *off to the next 64-byte boundary after it. */
+static uint64_t take_section(uint64_t *off, uint64_t bytes) {
+    const uint64_t at = *off;
+    *off = align64(at + bytes);
+    return at;
+}
+
 void gokv_layout_init(gokv_layout *L, const gokv_pool_desc *d) {
     const uint64_t P = (uint64_t)d->page_size;
     const uint64_t H = (uint64_t)d->n_kv_heads;
@@ -47,18 +54,12 @@ void gokv_layout_init(gokv_layout *L, const gokv_pool_desc *d) {
         v_sb_bytes = (uint64_t)L->v_groups * P * 2u;
     }
     uint64_t off = 0;
-    L->k_codes = off;
-    off = align64(off + k_codes_bytes);
-    L->k_scale = off;
-    off = align64(off + k_sb_bytes);
-    L->k_bias = off;
-    off = align64(off + k_sb_bytes);
-    L->v_codes = off;
-    off = align64(off + v_codes_bytes);
-    L->v_scale = off;
-    off = align64(off + v_sb_bytes);
-    L->v_bias = off;
-    off = align64(off + v_sb_bytes);
+    L->k_codes = take_section(&off, k_codes_bytes);
+    L->k_scale = take_section(&off, k_sb_bytes);
+    L->k_bias = take_section(&off, k_sb_bytes);
+    L->v_codes = take_section(&off, v_codes_bytes);
+    L->v_scale = take_section(&off, v_sb_bytes);
+    L->v_bias = take_section(&off, v_sb_bytes);
     /* off is now the bytes of one head's block */
     L->k_codes_head = L->k_sb_head = off;
     L->v_codes_head = L->v_sb_head = L->v_is_k_prefix ? 0 : off;

@@ -47,7 +47,7 @@ typedef struct attend_ctx {
     const gokv_layout *L;
     const cpu_pool *pool;
     const cpu_kernels *k;
-    int32_t G, rows_per_tile, nq_max, heads_max;
+    int32_t G, rows_per_tile, nq_max;
     work_item *items;
     tile *tiles;
     float *parts;       /* partial (m, l, o[d_v]) per query vector of split items */
@@ -460,7 +460,7 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     const int32_t chunk = d->chunk_size > 0 ? d->chunk_size : default_chunk(d, n_workers);
 
     /* plan: count row tiles and their chunks; decode tiles (split) group kv heads into items */
-    int64_t n_row_tiles = 0, n_split_chunks = 0, n_part = 0;
+    int64_t n_row_tiles = 0, n_split_chunks = 0, n_other_chunks = 0, n_part = 0;
     int32_t max_rows = 1;
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
@@ -470,7 +470,7 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
             int32_t vl;
             const int32_t nc = tile_chunks(d, s, r0, nr, rows, chunk, &vl);
             n_row_tiles++;
-            if (rows <= SPLIT_MAX_ROWS) n_split_chunks += nc;
+            *(rows <= SPLIT_MAX_ROWS ? &n_split_chunks : &n_other_chunks) += nc;
             if (nc > 1) n_part += (int64_t)nc * L->n_kv_heads * nr * c.G * (L->d_v + 2);
             max_rows = nr > max_rows ? nr : max_rows;
         }
@@ -480,20 +480,10 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     int32_t hpi = L->n_kv_heads < ITEM_MAX_HEADS ? L->n_kv_heads : ITEM_MAX_HEADS;
     while (hpi > 1 && n_split_chunks * ((L->n_kv_heads + hpi - 1) / hpi) < (int64_t)ITEMS_PER_WORKER * n_workers)
         hpi = (hpi + 1) / 2;
-    int64_t n_items = 0;
-    for (int32_t s = 0; s < d->n_seqs; s++) {
-        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
-        const int32_t rt = rows <= SPLIT_MAX_ROWS ? rows : c.rows_per_tile;
-        const int32_t heads = rows <= SPLIT_MAX_ROWS ? hpi : 1;
-        for (int32_t r0 = 0; r0 < rows; r0 += rt) {
-            const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
-            int32_t vl;
-            n_items += (int64_t)tile_chunks(d, s, r0, nr, rows, chunk, &vl) * ((L->n_kv_heads + heads - 1) / heads);
-        }
-    }
+    /* items: decode chunks over groups of hpi kv heads, prefill chunks per kv head */
+    const int64_t n_items = n_split_chunks * ((L->n_kv_heads + hpi - 1) / hpi) + n_other_chunks * L->n_kv_heads;
     const int64_t n_tiles = n_row_tiles * L->n_kv_heads;
     c.nq_max = max_rows * c.G;
-    c.heads_max = hpi;
     c.scratch_bytes = align_up(scratch_size(L, c.nq_max) * (size_t)hpi);
     const size_t need = align_up((size_t)n_tiles * sizeof(tile)) + align_up((size_t)n_items * sizeof(work_item)) +
                         align_up((size_t)n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + 64;
