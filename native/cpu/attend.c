@@ -6,10 +6,10 @@
  * once per group. Decode items take all the kv heads of a chunk (fewer only when that leaves too few items to
  * keep the workers busy) and walk them head-inner, block by block: with the page layout's head blocks
  * (gokv_layout.h) that reads each page front to back, one stream the hardware prefetchers follow, instead
- * of short runs scattered a page apart. The tokens a tile can see are at most two ranges: the sink tokens [0, n_sink) and the window
- * (p0 - W, p1] (or simply [0, p1] without a window); tokens outside them are never read, which is what makes
- * sliding-window layers cheap. Those ranges are laid end to end and cut into chunks of C tokens (split-K):
- * each chunk keeps an online softmax state (m, l, o) per query vector; a reduce pass combines chunks:
+ * of short runs scattered a page apart. The tokens a tile can see are at most two ranges: the sink tokens
+ * [0, n_sink) and the window (p0 - W, p1] (or simply [0, p1] without a window); tokens outside them are never
+ * read, which is what makes sliding-window layers cheap. Those ranges are laid end to end and cut into chunks
+ * of C tokens (split-K): each chunk keeps an online softmax state (m, l, o) per query vector; a reduce pass combines chunks:
  *     M = max(max_c m_c, σ),   out = Σ_c e^(m_c - M) o_c / (Σ_c e^(m_c - M) l_c + e^(σ - M)).
  * A tile with a single chunk finalizes in place. Decode rows (and short prefills of <= 16 rows) are split;
  * longer prefills have parallelism enough in their tiles and use one chunk each.
@@ -51,8 +51,8 @@ typedef struct attend_ctx {
     work_item *items;
     tile *tiles;
     float *parts;       /* partial (m, l, o[d_v]) per query vector of split items */
-    uint8_t *scratch;   /* per-worker scratch */
-    size_t scratch_bytes;
+    uint8_t *scratch;   /* per-worker scratch: one part per kv head of an item */
+    size_t scratch_bytes, head_scratch_bytes;
 } attend_ctx;
 
 /* Per-worker scratch, carved from one block. */
@@ -325,7 +325,7 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
     for (int32_t hh = 0; hh < it->nkvh; hh++) {
         const int32_t kvh = it->kvh + hh;
         scratch *s = &sc[hh];
-        *s = carve(c->scratch + (size_t)worker * c->scratch_bytes + (size_t)hh * scratch_size(L, c->nq_max), L, c->nq_max);
+        *s = carve(c->scratch + (size_t)worker * c->scratch_bytes + (size_t)hh * c->head_scratch_bytes, L, c->nq_max);
         for (int32_t r = 0; r < it->nrows; r++)
             for (int32_t g = 0; g < G; g++) {
                 const int32_t i = r * G + g;
@@ -484,7 +484,8 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     const int64_t n_items = n_split_chunks * ((L->n_kv_heads + hpi - 1) / hpi) + n_other_chunks * L->n_kv_heads;
     const int64_t n_tiles = n_row_tiles * L->n_kv_heads;
     c.nq_max = max_rows * c.G;
-    c.scratch_bytes = align_up(scratch_size(L, c.nq_max) * (size_t)hpi);
+    c.head_scratch_bytes = scratch_size(L, c.nq_max);
+    c.scratch_bytes = c.head_scratch_bytes * (size_t)hpi;
     const size_t need = align_up((size_t)n_tiles * sizeof(tile)) + align_up((size_t)n_items * sizeof(work_item)) +
                         align_up((size_t)n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + 64;
 

@@ -212,13 +212,11 @@ static void *pool_alloc(size_t bytes, pool_mem *m) {
 
 static void pool_free(pool_mem *m) {
 #if defined(__linux__)
-    if (m->mapped) {
+    if (m->mapped)
         munmap(m->raw, m->mapped);
-        memset(m, 0, sizeof *m);
-        return;
-    }
+    else
 #endif
-    free(m->raw);
+        free(m->raw);
     memset(m, 0, sizeof *m);
 }
 

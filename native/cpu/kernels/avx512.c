@@ -166,7 +166,7 @@ AVX512_INLINE void avx512_permute_queries(const float *q, size_t ldq, int32_t nq
 
 /* Scores TU consecutive tokens (from t) against NQ queries: each query slab is loaded once for TU tokens.
  * Leaves one accumulator per (query, token) in buf[i][tt + u], to be summed by avx512_hsum16. */
-AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float *qp, int32_t dpad, const int NQ,
+AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float *qp, const int NQ,
                                        const int TU, const int enc, const float *sf, const float *bf, int32_t ng,
                                        int32_t gshift, int32_t t, int32_t tt, __m512 (*buf)[16]) {
     const int32_t nslab = (d + 31) / 32;
@@ -198,7 +198,7 @@ AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float
         for (int i = 0; i < NQ; i++) buf[i][tt + u] = acc[u][i];
 }
 
-AVX512_INLINE void avx512_score_core(const cpu_rows *r, int32_t d, const float *qp, int32_t dpad, const int NQ,
+AVX512_INLINE void avx512_score_core(const cpu_rows *r, int32_t d, const float *qp, const int NQ,
                                      const int enc, const float *sf, const float *bf, int32_t ng, float *s, size_t lds) {
     const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 32u) : 0;
     enum { TU = 4 }; /* tokens per query load, 2 when 8 queries need the registers */
@@ -208,11 +208,11 @@ AVX512_INLINE void avx512_score_core(const cpu_rows *r, int32_t d, const float *
         int32_t tt = 0;
         if (NQ <= 4)
             for (; tt + TU <= tn; tt += TU)
-                avx512_score_tokens(r, d, qp, dpad, NQ, TU, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
+                avx512_score_tokens(r, d, qp, NQ, TU, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
         else
             for (; tt + 2 <= tn; tt += 2)
-                avx512_score_tokens(r, d, qp, dpad, NQ, 2, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
-        for (; tt < tn; tt++) avx512_score_tokens(r, d, qp, dpad, NQ, 1, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
+                avx512_score_tokens(r, d, qp, NQ, 2, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
+        for (; tt < tn; tt++) avx512_score_tokens(r, d, qp, NQ, 1, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) {
             for (int32_t z = tn; z < 16; z++) buf[i][z] = _mm512_setzero_ps();
@@ -233,11 +233,11 @@ AVX512_INLINE void avx512_score_rows_impl(const cpu_rows *r, int32_t d, const fl
         avx512_permute_queries(q + (size_t)i0 * ldq, ldq, nc, d, dpad, enc, qp);
         float *si = s + (size_t)i0 * lds;
         switch (nc) {
-        case 8: avx512_score_core(r, d, qp, dpad, 8, enc, sf, bf, ng, si, lds); break;
-        case 4: avx512_score_core(r, d, qp, dpad, 4, enc, sf, bf, ng, si, lds); break;
-        case 3: avx512_score_core(r, d, qp, dpad, 3, enc, sf, bf, ng, si, lds); break;
-        case 2: avx512_score_core(r, d, qp, dpad, 2, enc, sf, bf, ng, si, lds); break;
-        default: avx512_score_core(r, d, qp, dpad, 1, enc, sf, bf, ng, si, lds); break;
+        case 8: avx512_score_core(r, d, qp, 8, enc, sf, bf, ng, si, lds); break;
+        case 4: avx512_score_core(r, d, qp, 4, enc, sf, bf, ng, si, lds); break;
+        case 3: avx512_score_core(r, d, qp, 3, enc, sf, bf, ng, si, lds); break;
+        case 2: avx512_score_core(r, d, qp, 2, enc, sf, bf, ng, si, lds); break;
+        default: avx512_score_core(r, d, qp, 1, enc, sf, bf, ng, si, lds); break;
         }
         i0 += nc;
     }
