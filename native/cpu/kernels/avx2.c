@@ -183,12 +183,9 @@ AVX2_INLINE void avx2_score_rows_impl(const cpu_rows *r, int32_t d, const float 
         const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
         avx2_permute_queries(q + (size_t)i0 * ldq, ldq, nc, d, dpad, enc, qp);
         float *si = s + (size_t)i0 * lds;
-        switch (nc) {
-        case 4: avx2_score_core(r, d, qp, dpad, 4, enc, sf, bf, ng, si, lds); break;
-        case 3: avx2_score_core(r, d, qp, dpad, 3, enc, sf, bf, ng, si, lds); break;
-        case 2: avx2_score_core(r, d, qp, dpad, 2, enc, sf, bf, ng, si, lds); break;
-        default: avx2_score_core(r, d, qp, dpad, 1, enc, sf, bf, ng, si, lds); break;
-        }
+#define AVX2_SCORE_ROWS(N) avx2_score_core(r, d, qp, dpad, N, enc, sf, bf, ng, si, lds)
+        CPU_BY_NQ4(AVX2_SCORE_ROWS, nc)
+#undef AVX2_SCORE_ROWS
         i0 += nc;
     }
 }
@@ -247,12 +244,9 @@ AVX2_INLINE void avx2_accum_rows_impl(const cpu_rows *r, int32_t dv, const float
         const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
         const float *pi = p + (size_t)i0 * ldp;
         float *oi = o + (size_t)i0 * ldo;
-        switch (nc) {
-        case 4: avx2_accum_core(r, dv, pi, ldp, 4, enc, sf, bf, ng, oi, ldo); break;
-        case 3: avx2_accum_core(r, dv, pi, ldp, 3, enc, sf, bf, ng, oi, ldo); break;
-        case 2: avx2_accum_core(r, dv, pi, ldp, 2, enc, sf, bf, ng, oi, ldo); break;
-        default: avx2_accum_core(r, dv, pi, ldp, 1, enc, sf, bf, ng, oi, ldo); break;
-        }
+#define AVX2_ACCUM_ROWS(N) avx2_accum_core(r, dv, pi, ldp, N, enc, sf, bf, ng, oi, ldo)
+        CPU_BY_NQ4(AVX2_ACCUM_ROWS, nc)
+#undef AVX2_ACCUM_ROWS
         i0 += nc;
     }
 }
@@ -400,12 +394,7 @@ AVX2_FN static void avx2_score_chan(const cpu_chan *ch, int32_t d, const float *
         float *si = s + (size_t)i0 * lds;
 #define AVX2_SCORE_CHAN(N)                                                                                            \
     (ch->bits == 4 ? avx2_score_chan_core(ch, d, qi, ldq, N, 4, si, lds) : avx2_score_chan_core(ch, d, qi, ldq, N, 2, si, lds))
-        switch (nc) {
-        case 4: AVX2_SCORE_CHAN(4); break;
-        case 3: AVX2_SCORE_CHAN(3); break;
-        case 2: AVX2_SCORE_CHAN(2); break;
-        default: AVX2_SCORE_CHAN(1); break;
-        }
+        CPU_BY_NQ4(AVX2_SCORE_CHAN, nc)
 #undef AVX2_SCORE_CHAN
         i0 += nc;
     }
@@ -419,12 +408,7 @@ AVX2_FN static void avx2_accum_chan(const cpu_chan *ch, int32_t dv, const float 
         float *oi = o + (size_t)i0 * ldo;
 #define AVX2_ACCUM_CHAN(N)                                                                                            \
     (ch->bits == 4 ? avx2_accum_chan_core(ch, dv, pi, ldp, N, 4, oi, ldo) : avx2_accum_chan_core(ch, dv, pi, ldp, N, 2, oi, ldo))
-        switch (nc) {
-        case 4: AVX2_ACCUM_CHAN(4); break;
-        case 3: AVX2_ACCUM_CHAN(3); break;
-        case 2: AVX2_ACCUM_CHAN(2); break;
-        default: AVX2_ACCUM_CHAN(1); break;
-        }
+        CPU_BY_NQ4(AVX2_ACCUM_CHAN, nc)
 #undef AVX2_ACCUM_CHAN
         i0 += nc;
     }

@@ -232,13 +232,9 @@ AVX512_INLINE void avx512_score_rows_impl(const cpu_rows *r, int32_t d, const fl
         const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
         avx512_permute_queries(q + (size_t)i0 * ldq, ldq, nc, d, dpad, enc, qp);
         float *si = s + (size_t)i0 * lds;
-        switch (nc) {
-        case 8: avx512_score_core(r, d, qp, 8, enc, sf, bf, ng, si, lds); break;
-        case 4: avx512_score_core(r, d, qp, 4, enc, sf, bf, ng, si, lds); break;
-        case 3: avx512_score_core(r, d, qp, 3, enc, sf, bf, ng, si, lds); break;
-        case 2: avx512_score_core(r, d, qp, 2, enc, sf, bf, ng, si, lds); break;
-        default: avx512_score_core(r, d, qp, 1, enc, sf, bf, ng, si, lds); break;
-        }
+#define AVX512_SCORE_ROWS(N) avx512_score_core(r, d, qp, N, enc, sf, bf, ng, si, lds)
+        CPU_BY_NQ8(AVX512_SCORE_ROWS, nc)
+#undef AVX512_SCORE_ROWS
         i0 += nc;
     }
 }
@@ -320,13 +316,9 @@ AVX512_INLINE void avx512_accum_rows_impl(const cpu_rows *r, int32_t dv, const f
         const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
         const float *pi = p + (size_t)i0 * ldp;
         float *oi = o + (size_t)i0 * ldo;
-        switch (nc) {
-        case 8: avx512_accum_core(r, dv, pi, ldp, 8, enc, sf, bf, ng, oi, ldo); break;
-        case 4: avx512_accum_core(r, dv, pi, ldp, 4, enc, sf, bf, ng, oi, ldo); break;
-        case 3: avx512_accum_core(r, dv, pi, ldp, 3, enc, sf, bf, ng, oi, ldo); break;
-        case 2: avx512_accum_core(r, dv, pi, ldp, 2, enc, sf, bf, ng, oi, ldo); break;
-        default: avx512_accum_core(r, dv, pi, ldp, 1, enc, sf, bf, ng, oi, ldo); break;
-        }
+#define AVX512_ACCUM_ROWS(N) avx512_accum_core(r, dv, pi, ldp, N, enc, sf, bf, ng, oi, ldo)
+        CPU_BY_NQ8(AVX512_ACCUM_ROWS, nc)
+#undef AVX512_ACCUM_ROWS
         i0 += nc;
     }
 }
@@ -465,15 +457,6 @@ AVX512_INLINE void avx512_accum_chan_core(const cpu_chan *ch, int32_t dv, const 
     }
 }
 
-#define AVX512_BY_NQ(call_nq, nc)                                                                                     \
-    switch (nc) {                                                                                                    \
-    case 8: call_nq(8); break;                                                                                       \
-    case 4: call_nq(4); break;                                                                                       \
-    case 3: call_nq(3); break;                                                                                       \
-    case 2: call_nq(2); break;                                                                                       \
-    default: call_nq(1); break;                                                                                      \
-    }
-
 AVX512_FN static void avx512_score_chan(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
                                         size_t lds) {
     for (int32_t i0 = 0; i0 < nq;) {
@@ -483,7 +466,7 @@ AVX512_FN static void avx512_score_chan(const cpu_chan *ch, int32_t d, const flo
 #define AVX512_SCORE_CHAN(N)                                                                                          \
     (ch->bits == 4 ? avx512_score_chan_core(ch, d, qi, ldq, N, 4, si, lds)                                           \
                    : avx512_score_chan_core(ch, d, qi, ldq, N, 2, si, lds))
-        AVX512_BY_NQ(AVX512_SCORE_CHAN, nc)
+        CPU_BY_NQ8(AVX512_SCORE_CHAN, nc)
 #undef AVX512_SCORE_CHAN
         i0 += nc;
     }
@@ -498,7 +481,7 @@ AVX512_FN static void avx512_accum_chan(const cpu_chan *ch, int32_t dv, const fl
 #define AVX512_ACCUM_CHAN(N)                                                                                          \
     (ch->bits == 4 ? avx512_accum_chan_core(ch, dv, pi, ldp, N, 4, oi, ldo)                                          \
                    : avx512_accum_chan_core(ch, dv, pi, ldp, N, 2, oi, ldo))
-        AVX512_BY_NQ(AVX512_ACCUM_CHAN, nc)
+        CPU_BY_NQ8(AVX512_ACCUM_CHAN, nc)
 #undef AVX512_ACCUM_CHAN
         i0 += nc;
     }

@@ -61,6 +61,22 @@ typedef struct cpu_kernels {
     void (*dequant_row)(const cpu_rows *r, int32_t t, int32_t d, float *out);
 } cpu_kernels;
 
+/* Runs CALL(N) with N the compile-time constant equal to the query count nc (1-4, or 8 for CPU_BY_NQ8): the
+ * SIMD kernels are specialized per count so that their accumulators stay in registers. */
+#define CPU_BY_NQ4(CALL, nc)                                                                                       \
+    switch (nc) {                                                                                                  \
+    case 4: CALL(4); break;                                                                                        \
+    case 3: CALL(3); break;                                                                                        \
+    case 2: CALL(2); break;                                                                                        \
+    default: CALL(1); break;                                                                                       \
+    }
+#define CPU_BY_NQ8(CALL, nc)                                                                                       \
+    if ((nc) == 8) {                                                                                               \
+        CALL(8);                                                                                                   \
+    } else {                                                                                                       \
+        CPU_BY_NQ4(CALL, nc)                                                                                       \
+    }
+
 /* The table for a SIMD level (GOKV_CPU_*), filled on first use: scalar entries overridden by the level's. */
 const cpu_kernels *cpu_kernels_get(int32_t level);
 

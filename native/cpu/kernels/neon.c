@@ -113,12 +113,9 @@ static inline __attribute__((always_inline)) void neon_score_rows_impl(const cpu
                 qp[(size_t)i * dpad + c] = e < d ? q[(size_t)(i0 + i) * ldq + e] : 0.0f;
             }
         float *si = s + (size_t)i0 * lds;
-        switch (nc) {
-        case 4: neon_score_core(r, d, qp, dpad, 4, enc, sf, bf, ng, si, lds); break;
-        case 3: neon_score_core(r, d, qp, dpad, 3, enc, sf, bf, ng, si, lds); break;
-        case 2: neon_score_core(r, d, qp, dpad, 2, enc, sf, bf, ng, si, lds); break;
-        default: neon_score_core(r, d, qp, dpad, 1, enc, sf, bf, ng, si, lds); break;
-        }
+#define NEON_SCORE_ROWS(N) neon_score_core(r, d, qp, dpad, N, enc, sf, bf, ng, si, lds)
+        CPU_BY_NQ4(NEON_SCORE_ROWS, nc)
+#undef NEON_SCORE_ROWS
         i0 += nc;
     }
 }
@@ -172,12 +169,9 @@ static inline __attribute__((always_inline)) void neon_accum_rows_impl(const cpu
         const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
         const float *pi = p + (size_t)i0 * ldp;
         float *oi = o + (size_t)i0 * ldo;
-        switch (nc) {
-        case 4: neon_accum_core(r, dv, pi, ldp, 4, enc, sf, bf, ng, oi, ldo); break;
-        case 3: neon_accum_core(r, dv, pi, ldp, 3, enc, sf, bf, ng, oi, ldo); break;
-        case 2: neon_accum_core(r, dv, pi, ldp, 2, enc, sf, bf, ng, oi, ldo); break;
-        default: neon_accum_core(r, dv, pi, ldp, 1, enc, sf, bf, ng, oi, ldo); break;
-        }
+#define NEON_ACCUM_ROWS(N) neon_accum_core(r, dv, pi, ldp, N, enc, sf, bf, ng, oi, ldo)
+        CPU_BY_NQ4(NEON_ACCUM_ROWS, nc)
+#undef NEON_ACCUM_ROWS
         i0 += nc;
     }
 }
