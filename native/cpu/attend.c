@@ -153,50 +153,37 @@ static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int
 
 /* Software prefetch. Each (block, kv head) asks for the next one in walk order (its ~20 KB of codes,
  * scales and biases at d = 128, q4): the hardware prefetchers follow a page's head blocks, but they restart
- * at every page and item, and measured on a 2-core Zen 5 the walk is about 25% slower without this. A
- * longer distance measured no better. */
-static void prefetch_bytes(const void *p, size_t n) {
-    const char *b = p;
-    /* inline asm: GCC deletes a loop of bare __builtin_prefetch as dead code */
-    for (size_t off = 0; off < n; off += 64) {
-#if defined(__x86_64__)
-        __asm__ volatile("prefetcht0 %0" : : "m"(b[off]));
-#elif defined(__aarch64__)
-        __asm__ volatile("prfm pldl1keep, %0" : : "Q"(b[off]));
-#else
-        __builtin_prefetch(b + off);
-#endif
-    }
+ * at every page and item. The SIMD kernels spread the request over their arithmetic (cpu_prefetch): asked
+ * for at once, its ~300 lines stall the kernel's own loads, and on a 2-core Zen 5 a walk from DRAM then runs
+ * ~1.3x slower than from cache; spread, ~1.1x (bench_decode, README). */
+static void prefetch_now(const cpu_prefetch *pf) {
+    for (int i = 0; i < 3; i++)
+        if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
 }
 
-static void prefetch_rows(const cpu_rows *r) {
-    prefetch_bytes(r->codes, r->row_stride * (size_t)r->n);
-    if (r->scale) {
-        prefetch_bytes(r->scale, r->sb_stride * (size_t)r->n * 2u);
-        prefetch_bytes(r->bias, r->sb_stride * (size_t)r->n * 2u);
-    }
-}
-
-/* The keys and values of kv head h's block that starts at token t (pages only; the ring is small and
- * recently written). KIVI: the key group; its values are asked for when the group is reached. */
-static void prefetch_block(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t h, int32_t t,
-                          int32_t hi, int32_t n_quant) {
-    if (t >= hi || t >= n_quant) return;
+/* The keys (pk) and values (pv) of kv head h's block that starts at token t, as prefetch hints; 0 when
+ * there is none (past the range, a released page, the ring: small and recently written). KIVI: asks for the
+ * key group at once (its kernels take no hint; its values are asked for when the group is reached). */
+static int next_rows(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t h, int32_t t, int32_t hi,
+                     int32_t n_quant, cpu_prefetch *pk, cpu_prefetch *pv) {
+    if (t >= hi || t >= n_quant) return 0;
     const int32_t P = L->page_size, id = ids[t / P], slot = t % P;
-    if (id < 0) return;
+    if (id < 0) return 0;
     const uint8_t *page = cpu_page(pool, L, id);
     if (L->kivi) {
         const cpu_chan ch = cpu_page_chan(L, page, h, slot / L->group);
-        prefetch_bytes(ch.codes, L->k_row_bytes);
-        prefetch_bytes(ch.scale, (size_t)L->d_k * 2u);
-        prefetch_bytes(ch.bias, (size_t)L->d_k * 2u);
-        return;
+        cpu_prefetch_bytes(ch.codes, L->k_row_bytes);
+        cpu_prefetch_bytes(ch.scale, (size_t)L->d_k * 2u);
+        cpu_prefetch_bytes(ch.bias, (size_t)L->d_k * 2u);
+        return 0;
     }
     int32_t n = hi - t < P - slot ? hi - t : P - slot;
     n = n < CPU_BLOCK ? n : CPU_BLOCK;
     const cpu_rows rk = cpu_page_rows(L, page, h, 0, slot, n), rv = cpu_page_rows(L, page, h, 1, slot, n);
-    prefetch_rows(&rk);
-    prefetch_rows(&rv);
+    *pk = cpu_rows_prefetch(&rk);
+    *pv = cpu_rows_prefetch(&rv);
+    if (L->v_is_k_prefix) pv->n[0] = pv->n[1] = pv->n[2] = 0; /* the keys already */
+    return 1;
 }
 
 /* One block of tokens [base, base + n), the same for every kv head of an item: where it lives. */
@@ -210,7 +197,7 @@ typedef struct block {
 
 /* Scores, masks and accumulates block b for kv head h into its scratch. */
 static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
-                         const uint8_t *ring) {
+                         const uint8_t *ring, const cpu_prefetch *pk, const cpu_prefetch *pv) {
     const gokv_layout *L = c->L;
     const cpu_kernels *k = c->k;
     if (!b->page) { /* KIVI residual ring: fp16 rows */
@@ -226,7 +213,10 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
     if (L->kivi) { /* one whole key group; tokens outside [lo, hi) are masked */
         cpu_chan ch = cpu_page_chan(L, b->page, h, b->slot / L->group);
         const cpu_rows rv = cpu_page_rows(L, b->page, h, 1, b->slot, b->n);
-        if (!L->v_is_k_prefix) prefetch_rows(&rv);
+        if (!L->v_is_k_prefix) {
+            const cpu_prefetch now = cpu_rows_prefetch(&rv);
+            prefetch_now(&now);
+        }
         k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s, CPU_BLOCK);
         mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
         if (softmax_block(c, sc, nq, b->n)) {
@@ -238,11 +228,19 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
         return;
     }
     const int32_t enc = cpu_row_enc(L->format);
-    cpu_rows rk = cpu_page_rows(L, b->page, h, 0, b->slot, b->n);
-    const cpu_rows rv = cpu_page_rows(L, b->page, h, 1, b->slot, b->n);
+    cpu_rows rk = cpu_page_rows(L, b->page, h, 0, b->slot, b->n), rv = cpu_page_rows(L, b->page, h, 1, b->slot, b->n);
+    if (pk && !k->spreads_prefetch) { /* this table's kernels ignore hints: ask for it all now */
+        prefetch_now(pk);
+        prefetch_now(pv);
+    } else if (pk) {
+        rk.pf = pk, rv.pf = pv;
+    }
     k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, nq, sc->s, CPU_BLOCK);
     mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
-    if (softmax_block(c, sc, nq, b->n)) k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+    if (softmax_block(c, sc, nq, b->n))
+        k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+    else if (rv.pf)
+        prefetch_now(rv.pf);
 }
 
 /* Walks the tokens [lo, hi) of one sequence in blocks that never cross a page (or a KIVI key group, or the
@@ -281,21 +279,20 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
             n = n < page_end - t ? n : page_end - t;
             n = n < CPU_BLOCK ? n : CPU_BLOCK;
             b = (block){t, n, lo, hi, t + n, cpu_page(c->pool, L, id), slot};
-            if (t == lo) { /* later blocks are asked for by their predecessor */
-                const cpu_rows rk = cpu_page_rows(L, b.page, it->kvh, 0, slot, n), rv = cpu_page_rows(L, b.page, it->kvh, 1, slot, n);
-                prefetch_rows(&rk);
-                prefetch_rows(&rv);
+            cpu_prefetch pk, pv;
+            if (t == lo && next_rows(L, c->pool, ids, it->kvh, t, hi, n_quant, &pk, &pv)) {
+                prefetch_now(&pk); /* later blocks are asked for by their predecessor */
+                prefetch_now(&pv);
             }
         }
         for (int32_t i = 0; i < it->nkvh; i++) {
             /* ask for what comes next in walk order: this block's next head, or the next block's first */
-            if (b.page) {
-                if (i + 1 < it->nkvh)
-                    prefetch_block(L, c->pool, ids, it->kvh + i + 1, t, hi, n_quant);
-                else
-                    prefetch_block(L, c->pool, ids, it->kvh, b.next, hi, n_quant);
-            }
-            attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring);
+            cpu_prefetch pk, pv;
+            int next = 0;
+            if (b.page)
+                next = i + 1 < it->nkvh ? next_rows(L, c->pool, ids, it->kvh + i + 1, t, hi, n_quant, &pk, &pv)
+                                        : next_rows(L, c->pool, ids, it->kvh, b.next, hi, n_quant, &pk, &pv);
+            attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring, next ? &pk : NULL, next ? &pv : NULL);
         }
         t = b.next;
     }

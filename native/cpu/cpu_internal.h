@@ -73,7 +73,15 @@ static inline cpu_rows cpu_page_rows(const gokv_layout *L, const uint8_t *page, 
     r.n = n;
     r.enc = cpu_row_enc(L->format);
     r.group = L->group;
+    r.pf = NULL;
     return r;
+}
+
+/* The bytes of r's rows (codes, then scales and biases when quantized), as a prefetch hint. */
+static inline cpu_prefetch cpu_rows_prefetch(const cpu_rows *r) {
+    cpu_prefetch pf = {{r->codes, (const uint8_t *)r->scale, (const uint8_t *)r->bias}, {r->row_stride * (size_t)r->n, 0, 0}};
+    if (r->scale) pf.n[1] = pf.n[2] = r->sb_stride * (size_t)r->n * 2u;
+    return pf;
 }
 
 /* KIVI key group j (tokens j*g .. j*g+g-1 of the page) of kv head h. */
@@ -100,6 +108,7 @@ static inline cpu_rows cpu_ring_rows(const gokv_layout *L, const uint8_t *ring, 
     r.n = n;
     r.enc = CPU_ENC_F16;
     r.group = 0;
+    r.pf = NULL;
     return r;
 }
 

@@ -132,11 +132,12 @@ static inline void avx2_store_partial(float *dst, const float *src, int32_t n) {
 /* ---- score_rows ---- */
 
 AVX2_INLINE void avx2_score_core(const cpu_rows *r, int32_t d, const float *qp, int32_t dpad, const int NQ, const int enc,
-                                 const float *sf, const float *bf, int32_t ng, float *s, size_t lds) {
+                                 const float *sf, const float *bf, int32_t ng, float *s, size_t lds, const cpu_prefetch *pf) {
     const int32_t nslab = (d + 15) / 16, gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 16u) : 0;
     __m256 buf[AVX2_MAX_NQ][8];
     for (int32_t t0 = 0; t0 < r->n; t0 += 8) {
         const int32_t tn = r->n - t0 < 8 ? r->n - t0 : 8;
+        cpu_prefetch_slice(pf, t0 / 8, (r->n + 7) / 8);
         for (int32_t tt = 0; tt < tn; tt++) {
             const int32_t t = t0 + tt;
             const uint8_t *row = r->codes + (size_t)t * r->row_stride;
@@ -183,7 +184,7 @@ AVX2_INLINE void avx2_score_rows_impl(const cpu_rows *r, int32_t d, const float 
         const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
         avx2_permute_queries(q + (size_t)i0 * ldq, ldq, nc, d, dpad, enc, qp);
         float *si = s + (size_t)i0 * lds;
-#define AVX2_SCORE_ROWS(N) avx2_score_core(r, d, qp, dpad, N, enc, sf, bf, ng, si, lds)
+#define AVX2_SCORE_ROWS(N) avx2_score_core(r, d, qp, dpad, N, enc, sf, bf, ng, si, lds, i0 ? NULL : r->pf)
         CPU_BY_NQ4(AVX2_SCORE_ROWS, nc)
 #undef AVX2_SCORE_ROWS
         i0 += nc;
@@ -210,8 +211,8 @@ AVX2_INLINE void avx2_add_slab(float *o, int32_t k, int32_t dv, __m256 a, __m256
 }
 
 AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, const int NQ, const int enc,
-                                 const float *sf, const float *bf, int32_t ng, float *o, size_t ldo) {
-    const int32_t nslab = (dv + 15) / 16, n = r->n;
+                                 const float *sf, const float *bf, int32_t ng, float *o, size_t ldo, const cpu_prefetch *pf) {
+    const int32_t nslab = (dv + 15) / 16, n = r->n, pieces = (n + 31) / 32; /* prefetch slices per slab */
     const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 16u) : 0;
     for (int32_t k = 0; k < nslab; k++) {
         const int32_t j = k >> gshift;
@@ -220,6 +221,7 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
         for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
         for (int32_t t = 0; t < n; t++) {
             __m256 a, b;
+            if ((t & 31) == 0) cpu_prefetch_slice(pf, k * pieces + t / 32, nslab * pieces);
             avx2_slab(r->codes + (size_t)t * r->row_stride, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j,
                       &a, &b);
 #pragma GCC unroll 4
@@ -244,7 +246,7 @@ AVX2_INLINE void avx2_accum_rows_impl(const cpu_rows *r, int32_t dv, const float
         const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
         const float *pi = p + (size_t)i0 * ldp;
         float *oi = o + (size_t)i0 * ldo;
-#define AVX2_ACCUM_ROWS(N) avx2_accum_core(r, dv, pi, ldp, N, enc, sf, bf, ng, oi, ldo)
+#define AVX2_ACCUM_ROWS(N) avx2_accum_core(r, dv, pi, ldp, N, enc, sf, bf, ng, oi, ldo, i0 ? NULL : r->pf)
         CPU_BY_NQ4(AVX2_ACCUM_ROWS, nc)
 #undef AVX2_ACCUM_ROWS
         i0 += nc;
@@ -499,5 +501,6 @@ void cpu_kernels_fill_avx2(cpu_kernels *k) {
     k->accum_chan = avx2_accum_chan;
     k->exp_sum = avx2_exp_sum;
     k->dequant_row = avx2_dequant_row;
+    k->spreads_prefetch = 1;
 }
 #endif

@@ -199,12 +199,14 @@ AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float
 }
 
 AVX512_INLINE void avx512_score_core(const cpu_rows *r, int32_t d, const float *qp, const int NQ,
-                                     const int enc, const float *sf, const float *bf, int32_t ng, float *s, size_t lds) {
+                                     const int enc, const float *sf, const float *bf, int32_t ng, float *s, size_t lds,
+                                     const cpu_prefetch *pf) {
     const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 32u) : 0;
     enum { TU = 4 }; /* tokens per query load, 2 when 8 queries need the registers */
     __m512 buf[AVX512_MAX_NQ][16];
     for (int32_t t0 = 0; t0 < r->n; t0 += 16) {
         const int32_t tn = r->n - t0 < 16 ? r->n - t0 : 16;
+        cpu_prefetch_slice(pf, t0 / 16, (r->n + 15) / 16);
         int32_t tt = 0;
         if (NQ <= 4)
             for (; tt + TU <= tn; tt += TU)
@@ -232,7 +234,7 @@ AVX512_INLINE void avx512_score_rows_impl(const cpu_rows *r, int32_t d, const fl
         const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
         avx512_permute_queries(q + (size_t)i0 * ldq, ldq, nc, d, dpad, enc, qp);
         float *si = s + (size_t)i0 * lds;
-#define AVX512_SCORE_ROWS(N) avx512_score_core(r, d, qp, N, enc, sf, bf, ng, si, lds)
+#define AVX512_SCORE_ROWS(N) avx512_score_core(r, d, qp, N, enc, sf, bf, ng, si, lds, i0 ? NULL : r->pf)
         CPU_BY_NQ8(AVX512_SCORE_ROWS, nc)
 #undef AVX512_SCORE_ROWS
         i0 += nc;
@@ -260,8 +262,9 @@ AVX512_INLINE void avx512_add_slab(float *o, int32_t k, int32_t dv, __m512 a, __
 }
 
 AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, const int NQ,
-                                     const int enc, const float *sf, const float *bf, int32_t ng, float *o, size_t ldo) {
-    const int32_t nslab = (dv + 31) / 32, n = r->n;
+                                     const int enc, const float *sf, const float *bf, int32_t ng, float *o, size_t ldo,
+                                     const cpu_prefetch *pf) {
+    const int32_t nslab = (dv + 31) / 32, n = r->n, pieces = (n + 31) / 32; /* prefetch slices per slab */
     const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 32u) : 0;
     /* two interleaved token streams when registers allow: each FMA chain then waits on every other token */
     enum { U = 2 };
@@ -272,31 +275,34 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
         for (int u = 0; u < U; u++)
             #pragma GCC unroll 8
             for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm512_setzero_ps();
-        int32_t t = 0;
-        if (NQ <= 4) {
-            for (; t + 2 <= n; t += 2)
-                #pragma GCC unroll 8
-                for (int u = 0; u < 2; u++) {
-                    __m512 a, b;
-                    const uint8_t *row = r->codes + (size_t)(t + u) * r->row_stride;
-                    avx512_slab(row, k, enc, dv, sf + (size_t)(t + u) * ng + j, bf + (size_t)(t + u) * ng + j, &a, &b);
+        /* 32 tokens at a time, each piece asking for its slice of the prefetch hint */
+        for (int32_t t0 = 0, t = 0; t0 < n; t0 += 32) {
+            cpu_prefetch_slice(pf, k * pieces + t0 / 32, nslab * pieces);
+            const int32_t t1 = n - t0 < 32 ? n : t0 + 32;
+            if (NQ <= 4)
+                for (; t + 2 <= t1; t += 2)
                     #pragma GCC unroll 8
-                    for (int i = 0; i < NQ; i++) {
-                        const __m512 w = _mm512_set1_ps(p[(size_t)i * ldp + t + u]);
-                        acc_a[u][i] = _mm512_fmadd_ps(a, w, acc_a[u][i]);
-                        acc_b[u][i] = _mm512_fmadd_ps(b, w, acc_b[u][i]);
+                    for (int u = 0; u < 2; u++) {
+                        __m512 a, b;
+                        const uint8_t *row = r->codes + (size_t)(t + u) * r->row_stride;
+                        avx512_slab(row, k, enc, dv, sf + (size_t)(t + u) * ng + j, bf + (size_t)(t + u) * ng + j, &a, &b);
+                        #pragma GCC unroll 8
+                        for (int i = 0; i < NQ; i++) {
+                            const __m512 w = _mm512_set1_ps(p[(size_t)i * ldp + t + u]);
+                            acc_a[u][i] = _mm512_fmadd_ps(a, w, acc_a[u][i]);
+                            acc_b[u][i] = _mm512_fmadd_ps(b, w, acc_b[u][i]);
+                        }
                     }
+            for (; t < t1; t++) {
+                __m512 a, b;
+                const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+                avx512_slab(row, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j, &a, &b);
+                #pragma GCC unroll 8
+                for (int i = 0; i < NQ; i++) {
+                    const __m512 w = _mm512_set1_ps(p[(size_t)i * ldp + t]);
+                    acc_a[0][i] = _mm512_fmadd_ps(a, w, acc_a[0][i]);
+                    acc_b[0][i] = _mm512_fmadd_ps(b, w, acc_b[0][i]);
                 }
-        }
-        for (; t < n; t++) {
-            __m512 a, b;
-            const uint8_t *row = r->codes + (size_t)t * r->row_stride;
-            avx512_slab(row, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j, &a, &b);
-            #pragma GCC unroll 8
-            for (int i = 0; i < NQ; i++) {
-                const __m512 w = _mm512_set1_ps(p[(size_t)i * ldp + t]);
-                acc_a[0][i] = _mm512_fmadd_ps(a, w, acc_a[0][i]);
-                acc_b[0][i] = _mm512_fmadd_ps(b, w, acc_b[0][i]);
             }
         }
         #pragma GCC unroll 8
@@ -316,7 +322,7 @@ AVX512_INLINE void avx512_accum_rows_impl(const cpu_rows *r, int32_t dv, const f
         const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
         const float *pi = p + (size_t)i0 * ldp;
         float *oi = o + (size_t)i0 * ldo;
-#define AVX512_ACCUM_ROWS(N) avx512_accum_core(r, dv, pi, ldp, N, enc, sf, bf, ng, oi, ldo)
+#define AVX512_ACCUM_ROWS(N) avx512_accum_core(r, dv, pi, ldp, N, enc, sf, bf, ng, oi, ldo, i0 ? NULL : r->pf)
         CPU_BY_NQ8(AVX512_ACCUM_ROWS, nc)
 #undef AVX512_ACCUM_ROWS
         i0 += nc;
@@ -562,5 +568,6 @@ void cpu_kernels_fill_avx512(cpu_kernels *k) {
     k->accum_chan = avx512_accum_chan;
     k->exp_sum = avx512_exp_sum;
     k->dequant_row = avx512_dequant_row;
+    k->spreads_prefetch = 1;
 }
 #endif

@@ -23,6 +23,14 @@ enum { CPU_BLOCK = 128 };
 /* How the elements of a per-token row are encoded. */
 enum { CPU_ENC_F32 = 0, CPU_ENC_F16, CPU_ENC_Q8, CPU_ENC_Q4, CPU_ENC_Q2, CPU_ENC_COUNT };
 
+/* Memory the caller reads after this call (the next block's rows: up to three regions), for a kernel to ask
+ * for a slice at a time while it computes. Queued all at once, a block's ~300 prefetches fill the core's
+ * miss buffers and stall the kernel's own loads behind them; spread over the arithmetic, they hide DRAM. */
+typedef struct cpu_prefetch {
+    const uint8_t *p[3];
+    size_t n[3]; /* bytes; 0 for an unused region */
+} cpu_prefetch;
+
 /* n consecutive tokens of one kv head, stored one row per token. */
 typedef struct cpu_rows {
     const uint8_t *codes;   /* row t at codes + t * row_stride (bytes) */
@@ -33,6 +41,7 @@ typedef struct cpu_rows {
     int32_t n;              /* tokens, 1..CPU_BLOCK */
     int32_t enc;            /* CPU_ENC_* */
     int32_t group;          /* g for quantized encodings */
+    const cpu_prefetch *pf; /* what to ask for while this runs (kernels with spreads_prefetch); NULL: nothing */
 } cpu_rows;
 
 /* One KIVI key group: g tokens of d channels, channel c's codes at codes + c * (g * bits / 8). */
@@ -59,7 +68,61 @@ typedef struct cpu_kernels {
     float (*exp_sum)(float *x, int32_t n, float m);
     /* Dequantizes one per-token row of d elements (reads, baseline). */
     void (*dequant_row)(const cpu_rows *r, int32_t t, int32_t d, float *out);
+    /* 1: score_rows and accum_rows ask for r->pf a slice at a time; 0: they ignore it (the caller asks at once) */
+    int32_t spreads_prefetch;
 } cpu_kernels;
+
+/* Asks for the cache line at p (a hint: never faults). */
+static inline void cpu_prefetch_line(const void *p) {
+#if defined(__x86_64__)
+    __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p)); /* asm: GCC deletes loops of bare builtins */
+#elif defined(__aarch64__)
+    __asm__ volatile("prfm pldl1keep, %0" : : "Q"(*(const char *)p));
+#else
+    __builtin_prefetch(p);
+#endif
+}
+
+/* Asks for the n bytes at p, line by line. */
+static inline void cpu_prefetch_bytes(const void *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63u);
+    const uint8_t *end = (const uint8_t *)p + n;
+    for (; b < end; b += 64) cpu_prefetch_line(b);
+}
+
+/* Calls visit(line, arg) for the cache lines (64-byte aligned addresses) of slice `part` of `parts`
+ * (0 <= part < parts) of pf's lines, in order; the slices of 0..parts-1 together visit each line once. */
+static inline void cpu_prefetch_visit(const cpu_prefetch *pf, int32_t part, int32_t parts,
+                                      void (*visit)(const void *line, void *arg), void *arg) {
+    if (!pf) return;
+    size_t lines[3], total = 0;
+    for (int i = 0; i < 3; i++) {
+        const uintptr_t a = (uintptr_t)pf->p[i] & ~(uintptr_t)63u;
+        lines[i] = pf->n[i] ? ((uintptr_t)pf->p[i] + pf->n[i] - a + 63u) / 64u : 0;
+        total += lines[i];
+    }
+    size_t a = total * (size_t)part / (size_t)parts, b = total * (size_t)(part + 1) / (size_t)parts;
+    for (int i = 0; i < 3 && a < b; i++) {
+        if (a < lines[i]) {
+            const uint8_t *base = (const uint8_t *)((uintptr_t)pf->p[i] & ~(uintptr_t)63u);
+            const size_t e = b < lines[i] ? b : lines[i];
+            for (size_t l = a; l < e; l++) visit(base + l * 64u, arg);
+            if (b <= lines[i]) return;
+            a = lines[i];
+        }
+        a -= lines[i], b -= lines[i];
+    }
+}
+
+static inline void cpu_prefetch_line_visit(const void *line, void *arg) {
+    (void)arg;
+    cpu_prefetch_line(line);
+}
+
+/* Asks for slice `part` of `parts` of pf's lines (nothing when pf is NULL). */
+static inline void cpu_prefetch_slice(const cpu_prefetch *pf, int32_t part, int32_t parts) {
+    cpu_prefetch_visit(pf, part, parts, cpu_prefetch_line_visit, NULL);
+}
 
 /* Runs CALL(N) with N the compile-time constant equal to the query count nc (1-4, or 8 for CPU_BY_NQ8): the
  * SIMD kernels are specialized per count so that their accumulators stay in registers. */

@@ -163,4 +163,5 @@ void cpu_kernels_fill_scalar(cpu_kernels *k) {
     k->accum_chan = accum_chan_scalar;
     k->exp_sum = exp_sum_scalar;
     k->dequant_row = dequant_row_scalar;
+    k->spreads_prefetch = 0; /* the caller asks for the next block at once */
 }
