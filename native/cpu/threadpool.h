@@ -8,6 +8,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct cpu_threadpool cpu_threadpool;
 
 /* fn(ctx, index, worker) for index in [0, n); worker in [0, n_threads) identifies per-thread scratch. */
@@ -20,4 +24,7 @@ int32_t cpu_threadpool_size(const cpu_threadpool *tp);
 /* Runs fn over [0, n) on all threads and returns when every index is done. */
 void cpu_threadpool_run(cpu_threadpool *tp, int64_t n, cpu_task_fn fn, void *ctx);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
