@@ -25,6 +25,8 @@ import (
 	"runtime"
 	"strconv"
 	"unsafe"
+
+	_ "github.com/gokv/gokv/native" // the native sources, as build-cache inputs (see native/sources.go)
 )
 
 // ABIHeaderVersion is the ABI version this package was written against (GOKV_ABI_VERSION in gokv.h).
