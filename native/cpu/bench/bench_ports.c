@@ -2,7 +2,8 @@
  * bench_ports.c: how many 512-bit FMAs (vfmadd231ps) and VNNI dot products (vpdpbusd) one core retires per
  * cycle, alone and mixed. This is the question behind the AVX-512 kernels' design: an int8 VNNI score
  * kernel only pays if vpdpbusd runs beside the FMAs, or if its 4 products per lane outweigh the query split
- * into int8 pieces it needs (README, "Status and known gaps"). Each loop runs 16 independent accumulator
+ * into int8 pieces it needs (README, "Status and known gaps"). It also times 16 FMAs beside 4 of the
+ * shuffles the q4 kernels add to them (vpermps, vpmovzxbd, vshuff32x4): they mostly run on other pipes. Each loop runs 16 independent accumulator
  * chains in inline assembly, so the compiler can neither merge nor spill them. x86-64 with AVX-512 VNNI
  * only; elsewhere it says so and exits 0. Build by hand:
  *   gcc -O2 native/cpu/bench/bench_ports.c -o /tmp/bench_ports && /tmp/bench_ports
@@ -25,7 +26,7 @@ static double now(void) {
 #define DP(i) "vpdpbusd %%zmm30, %%zmm31, %%zmm" #i "\n\t"
 #define CLOBBERS                                                                                                \
     "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",   \
-        "xmm13", "xmm14", "xmm15", "xmm16", "xmm30", "xmm31"
+        "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm30", "xmm31"
 /* One timed loop of ITERS iterations around body; returns ns per iteration (best of 3). */
 #define TIMED(body)                                                                                             \
     __attribute__((target("avx512f,avx512vnni"), noinline)) static double body##_loop(void) {                  \
@@ -48,10 +49,20 @@ static double now(void) {
 #define dp16_ASM DP(1) DP(2) DP(3) DP(4) DP(5) DP(6) DP(7) DP(8) DP(9) DP(10) DP(11) DP(12) DP(13) DP(14) DP(15) DP(16)
 #define mix16_ASM DP(1) FMA(2) DP(3) FMA(4) DP(5) FMA(6) DP(7) FMA(8) DP(9) FMA(10) DP(11) FMA(12) DP(13) FMA(14) DP(15) FMA(16)
 #define both32_ASM fma16_ASM dp16_ASM
+/* what the q4 kernels add to their FMAs: table lookups (vpermps), widening (vpmovzxbd), lane shuffles */
+#define PERM(i) "vpermps %%zmm30, %%zmm31, %%zmm" #i "\n\t"
+#define ZX(i) "vpmovzxbd %%xmm31, %%zmm" #i "\n\t"
+#define SHUF(i) "vshuff32x4 $0x44, %%zmm30, %%zmm31, %%zmm" #i "\n\t"
+#define perm4_ASM fma16_ASM PERM(17) PERM(18) PERM(19) PERM(20)
+#define zx4_ASM fma16_ASM ZX(17) ZX(18) ZX(19) ZX(20)
+#define shuf4_ASM fma16_ASM SHUF(17) SHUF(18) SHUF(19) SHUF(20)
 TIMED(fma16)
 TIMED(dp16)
 TIMED(mix16)
 TIMED(both32)
+TIMED(perm4)
+TIMED(zx4)
+TIMED(shuf4)
 
 int main(void) {
     __builtin_cpu_init();
@@ -65,6 +76,9 @@ int main(void) {
     printf("%-34s %8.3f %12.2f\n", "16 vpdpbusd", d, 16 / d);
     printf("%-34s %8.3f %12.2f\n", "8 vpdpbusd + 8 vfmadd231ps", m, 16 / m);
     printf("%-34s %8.3f %12.2f\n", "16 vpdpbusd + 16 vfmadd231ps", b, 32 / b);
+    printf("%-34s %8.3f %12.2f\n", "16 vfmadd231ps + 4 vpermps", perm4_loop(), 20 / perm4_loop());
+    printf("%-34s %8.3f %12.2f\n", "16 vfmadd231ps + 4 vpmovzxbd", zx4_loop(), 20 / zx4_loop());
+    printf("%-34s %8.3f %12.2f\n", "16 vfmadd231ps + 4 vshuff32x4", shuf4_loop(), 20 / shuf4_loop());
     printf("vpdpbusd %s the FMA pipes (mixed loop %.2fx the FMA-only one; separate pipes would give ~1.0x "
            "for 16+16)\n",
            b > 1.6 * f ? "shares" : "does not share", b / f);

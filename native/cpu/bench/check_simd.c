@@ -59,7 +59,7 @@ static rows_buf make_rows(int32_t enc, int32_t n, int32_t d, int32_t g, int cont
     }
     if (enc >= CPU_ENC_Q8 && n > 1) b.scale[sb_stride] = 0; /* a constant group */
     b.r = (cpu_rows){b.codes, row_bytes, enc >= CPU_ENC_Q8 ? b.scale : NULL, enc >= CPU_ENC_Q8 ? b.bias : NULL,
-                     sb_stride, n, enc, g};
+                     sb_stride, n, enc, g, NULL};
     return b;
 }
 static void free_rows(rows_buf *b) { free(b->codes), free(b->scale), free(b->bias); }
