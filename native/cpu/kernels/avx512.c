@@ -130,20 +130,28 @@ AVX512_INLINE void avx512_slab(const uint8_t *row, int32_t k, const int enc, int
     }
 }
 
-/* r[t] = Σ_lanes v[t] for 16 vectors: a transpose tree (pairs in 128-bit lanes, then across lanes). */
-AVX512_INLINE __m512 avx512_hsum16(const __m512 *v) {
-    __m512 a[8], b[4];
-    #pragma GCC unroll 8
-    for (int j = 0; j < 8; j++)
-        a[j] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * j], v[2 * j + 1]), _mm512_unpackhi_ps(v[2 * j], v[2 * j + 1]));
-    #pragma GCC unroll 8
-    for (int j = 0; j < 4; j++) {
-        const __m512d x = _mm512_castps_pd(a[2 * j]), y = _mm512_castps_pd(a[2 * j + 1]);
-        b[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    }
+/* Horizontal sums by a transpose tree: pairs inside 128-bit lanes, then across lanes. tree4 takes 4
+ * vectors to one holding, in each 128-bit lane L, the 4 vectors' sums over lane L; tree_final takes 4 of
+ * those (16 vectors) to r[t] = Σ_lanes v[t]. */
+AVX512_INLINE __m512 avx512_tree4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+    const __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(v0, v1), _mm512_unpackhi_ps(v0, v1));
+    const __m512 x23 = _mm512_add_ps(_mm512_unpacklo_ps(v2, v3), _mm512_unpackhi_ps(v2, v3));
+    const __m512d x = _mm512_castps_pd(x01), y = _mm512_castps_pd(x23);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+}
+
+AVX512_INLINE __m512 avx512_tree_final(const __m512 *b) {
     const __m512 c0 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x44), _mm512_shuffle_f32x4(b[0], b[1], 0xEE));
     const __m512 c1 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x44), _mm512_shuffle_f32x4(b[2], b[3], 0xEE));
     return _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xDD));
+}
+
+/* r[t] = Σ_lanes v[t] for 16 vectors (15 adds, not 16 full reductions). */
+AVX512_INLINE __m512 avx512_hsum16(const __m512 *v) {
+    __m512 b[4];
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) b[j] = avx512_tree4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    return avx512_tree_final(b);
 }
 
 /* Copies nq query rows into qp in the encoding's slab order, zero-padded to dpad, slab-major: slab k of
@@ -164,11 +172,12 @@ AVX512_INLINE void avx512_permute_queries(const float *q, size_t ldq, int32_t nq
 
 /* ---- score_rows ---- */
 
-/* Scores TU consecutive tokens (from t) against NQ queries: each query slab is loaded once for TU tokens.
- * Leaves one accumulator per (query, token) in buf[i][tt + u], to be summed by avx512_hsum16. */
+/* Scores TU consecutive tokens (from t, the tt-th of their 16) against NQ queries: each query slab is
+ * loaded once for TU tokens. Leaves one accumulator per (query, token) in raw[i][tt + u]; with TU = 4
+ * (tt a multiple of 4), their tree4 in part[i][tt / 4] instead, straight from the registers. */
 AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float *qp, const int NQ,
                                        const int TU, const int enc, const float *sf, const float *bf, int32_t ng,
-                                       int32_t gshift, int32_t t, int32_t tt, __m512 (*buf)[16]) {
+                                       int32_t gshift, int32_t t, int32_t tt, __m512 (*raw)[16], __m512 (*part)[4]) {
     const int32_t nslab = (d + 31) / 32;
     __m512 acc[4][AVX512_MAX_NQ];
     #pragma GCC unroll 4
@@ -192,33 +201,41 @@ AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float
             for (int i = 0; i < NQ; i++) acc[u][i] = _mm512_fmadd_ps(b, qb[i], _mm512_fmadd_ps(a, qa[i], acc[u][i]));
         }
     }
+    if (TU == 4) {
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) part[i][tt / 4] = avx512_tree4(acc[0][i], acc[1][i], acc[2][i], acc[3][i]);
+        return;
+    }
     #pragma GCC unroll 4
     for (int u = 0; u < TU; u++)
         #pragma GCC unroll 8
-        for (int i = 0; i < NQ; i++) buf[i][tt + u] = acc[u][i];
+        for (int i = 0; i < NQ; i++) raw[i][tt + u] = acc[u][i];
 }
 
 AVX512_INLINE void avx512_score_core(const cpu_rows *r, int32_t d, const float *qp, const int NQ,
                                      const int enc, const float *sf, const float *bf, int32_t ng, float *s, size_t lds,
                                      const cpu_prefetch *pf) {
     const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 32u) : 0;
-    enum { TU = 4 }; /* tokens per query load, 2 when 8 queries need the registers */
-    __m512 buf[AVX512_MAX_NQ][16];
+    /* 4 tokens per query load (their sums start in registers), 2 when 8 queries need the registers */
+    __m512 raw[AVX512_MAX_NQ][16], part[AVX512_MAX_NQ][4];
     for (int32_t t0 = 0; t0 < r->n; t0 += 16) {
         const int32_t tn = r->n - t0 < 16 ? r->n - t0 : 16;
         cpu_prefetch_slice(pf, t0 / 16, (r->n + 15) / 16);
         int32_t tt = 0;
         if (NQ <= 4)
-            for (; tt + TU <= tn; tt += TU)
-                avx512_score_tokens(r, d, qp, NQ, TU, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
-        else
+            for (; tt + 4 <= tn; tt += 4)
+                avx512_score_tokens(r, d, qp, NQ, 4, enc, sf, bf, ng, gshift, t0 + tt, tt, raw, part);
+        const int32_t in_part = tt / 4; /* groups of 4 already summed into part */
+        if (NQ > 4)
             for (; tt + 2 <= tn; tt += 2)
-                avx512_score_tokens(r, d, qp, NQ, 2, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
-        for (; tt < tn; tt++) avx512_score_tokens(r, d, qp, NQ, 1, enc, sf, bf, ng, gshift, t0 + tt, tt, buf);
+                avx512_score_tokens(r, d, qp, NQ, 2, enc, sf, bf, ng, gshift, t0 + tt, tt, raw, part);
+        for (; tt < tn; tt++) avx512_score_tokens(r, d, qp, NQ, 1, enc, sf, bf, ng, gshift, t0 + tt, tt, raw, part);
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) {
-            for (int32_t z = tn; z < 16; z++) buf[i][z] = _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(s + (size_t)i * lds + t0, avx512_mask(tn), avx512_hsum16(buf[i]));
+            for (int32_t z = tn; z < 16; z++) raw[i][z] = _mm512_setzero_ps();
+            for (int32_t g = in_part; g < 4; g++)
+                part[i][g] = avx512_tree4(raw[i][4 * g], raw[i][4 * g + 1], raw[i][4 * g + 2], raw[i][4 * g + 3]);
+            _mm512_mask_storeu_ps(s + (size_t)i * lds + t0, avx512_mask(tn), avx512_tree_final(part[i]));
         }
     }
 }
