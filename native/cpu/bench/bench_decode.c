@@ -11,7 +11,7 @@
  * Build by hand (roofline.c is part of the library in CMake; cgo's unity file may or may not hold it):
  *   gcc -std=c11 -O2 -I bridge -I native/cpu native/cpu/bench/bench_decode.c native/cpu/roofline.c \
  *       bridge/gokv_core.c bridge/gokv_layout.c bridge/gokv_validate.c bridge/gokv_unity.c -lm -lpthread
- * Usage: bench_decode [S ...] [-f f16,q4,kivi2,q8] [-t threads] [-n reps] [-noscalar] [-nobaseline]
+ * Usage: bench_decode [S ...] [-f f16,q4,kivi2,q8] [-t threads] [-n reps] [-noscalar] [-nobaseline] [-avx2]
  *                     [-bw GB/s] [-peak GFLOP/s] (skip the measurements); BENCH_CPU=1 also prints CPU ms per call
  */
 #define _GNU_SOURCE
@@ -150,6 +150,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-peak") && i + 1 < argc) gflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "-noscalar")) scalar = 0;
         else if (!strcmp(argv[i], "-nobaseline")) baseline = 0;
+        else if (!strcmp(argv[i], "-avx2")) gokv_cpu_set_simd_limit(GOKV_CPU_AVX2); /* the AVX2 kernels here */
         else if (n_sizes < 16) sizes[n_sizes++] = atoi(argv[i]);
     }
     if (n_sizes == 0) sizes[0] = 4096, sizes[1] = 32768, sizes[2] = 131072, n_sizes = 3;
