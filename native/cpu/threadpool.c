@@ -3,9 +3,11 @@
  *
  * Waking a sleeping thread costs tens of microseconds (a futex, and on a VM an idle vCPU's wake-up): measured
  * on the 2-core machine, a 1K-token decode ran no faster on two threads than on one. So waiters spin for up to
- * CPU_SPIN_NS first (workers for the next loop, the caller for the workers' end) and only then sleep on the
+ * a while first (workers for the next loop, the caller for the workers' end) and only then sleep on the
  * condition variables: back-to-back calls (each attention call runs two loops, and a decode step runs one
- * call per layer) never sleep, and an idle pool burns at most CPU_SPIN_NS per worker after its last loop.
+ * call per layer) never sleep, and an idle pool burns at most that while per worker after its last loop.
+ * The while is 200 µs, or GOKV_CPU_SPIN_US microseconds when set when the pool is created (0: never spin,
+ * for engines that keep every core busy between attention calls).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -14,12 +16,14 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "gokv_backend.h"
 #include "threadpool.h"
 
-enum { CPU_SPIN_NS = 200000 };
+enum { CPU_SPIN_NS_DEFAULT = 200000, CPU_SPIN_NS_MAX = 100000000 };
 
 struct cpu_threadpool {
     int32_t n_threads;
+    int64_t spin_ns; /* how long a waiter spins before it sleeps */
     pthread_t *threads;
     pthread_mutex_t run_mu; /* one loop at a time */
     pthread_mutex_t mu;
@@ -61,16 +65,17 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spins until done(tp, arg) holds or CPU_SPIN_NS pass; returns whether it holds. Every 64 turns it yields the
+/* Spins until done(tp, arg) holds or tp->spin_ns pass; returns whether it holds. Every 64 turns it yields the
  * core: when the thread it waits for shares this core (more threads than free cores), spinning would
  * otherwise hold that thread off for a whole time slice. */
 static int spin_until(cpu_threadpool *tp, int (*done)(cpu_threadpool *, uint64_t), uint64_t arg) {
+    if (tp->spin_ns <= 0) return done(tp, arg);
     const int64_t t0 = now_ns();
     for (int i = 1;; i++) {
         if (done(tp, arg)) return 1;
         cpu_relax();
         if ((i & 63) == 0) {
-            if (now_ns() - t0 > CPU_SPIN_NS) return 0;
+            if (now_ns() - t0 > tp->spin_ns) return 0;
             sched_yield();
         }
     }
@@ -109,11 +114,25 @@ static void *worker_main(void *p) {
     return NULL;
 }
 
+/* GOKV_CPU_SPIN_US when it is a whole number of microseconds (capped at 100 s), else the default. */
+static int64_t spin_from_env(void) {
+    const char *v = getenv("GOKV_CPU_SPIN_US");
+    if (!v || !*v) return CPU_SPIN_NS_DEFAULT;
+    char *end;
+    const long long us = strtoll(v, &end, 10);
+    if (*end || us < 0) {
+        gokv_log(GOKV_LOG_WARN, "cpu", "device_open", "ignoring GOKV_CPU_SPIN_US=\"%s\" (not a whole number of microseconds)", v);
+        return CPU_SPIN_NS_DEFAULT;
+    }
+    return us > CPU_SPIN_NS_MAX / 1000 ? CPU_SPIN_NS_MAX : (int64_t)us * 1000;
+}
+
 cpu_threadpool *cpu_threadpool_create(int32_t n_threads) {
     if (n_threads < 1) n_threads = 1;
     cpu_threadpool *tp = calloc(1, sizeof *tp);
     if (!tp) return NULL;
     tp->n_threads = n_threads;
+    tp->spin_ns = spin_from_env();
     pthread_mutex_init(&tp->run_mu, NULL);
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->wake, NULL);

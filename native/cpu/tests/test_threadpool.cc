@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -45,6 +46,18 @@ TEST(ThreadPool, EveryIndexOnceBackToBackAndAfterSleeping) {
             run_and_check(tp, 64, threads);
         }
         cpu_threadpool_destroy(tp); /* while workers may still spin */
+    }
+}
+
+TEST(ThreadPool, NoSpinningAndBadSettings) {
+    /* GOKV_CPU_SPIN_US=0: waiters sleep at once; a value that is not a number falls back to the default */
+    for (const char *v : {"0", "1", "not-a-number", "-5"}) {
+        setenv("GOKV_CPU_SPIN_US", v, 1);
+        cpu_threadpool *tp = cpu_threadpool_create(3);
+        unsetenv("GOKV_CPU_SPIN_US");
+        ASSERT_NE(tp, nullptr) << v;
+        for (int rep = 0; rep < 50; rep++) run_and_check(tp, 1 + rep % 9, 3);
+        cpu_threadpool_destroy(tp);
     }
 }
 
