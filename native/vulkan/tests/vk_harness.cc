@@ -10,6 +10,7 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <string>
 
 namespace gokvtest {
 
@@ -35,6 +36,13 @@ std::string g_vk_error;
 class VkEnvironment : public testing::Environment {
 public:
     void SetUp() override {
+        /* ctest's subgroup runs (tests/CMakeLists.txt) set only GOKV_TEST_LAVAPIPE_SUBGROUP=N (CMake 3.25's
+         * gtest_discover_tests passes one environment variable per test): llvmpipe's vector width follows
+         * from it (32 N bits), and validation is on as in every ctest run. */
+        if (const char *sg = std::getenv("GOKV_TEST_LAVAPIPE_SUBGROUP")) {
+            setenv("LP_NATIVE_VECTOR_WIDTH", std::to_string(32 * std::atoi(sg)).c_str(), 1);
+            setenv("GOKV_VULKAN_VALIDATION", "1", 0);
+        }
         ASSERT_EQ(gokv_set_log_callback(capture_log, nullptr, GOKV_LOG_INFO), GOKV_OK) << gokv_last_error();
         ASSERT_EQ(gokv_vulkan_register(), GOKV_OK) << gokv_last_error();
         const char *val = std::getenv("GOKV_VULKAN_VALIDATION");
