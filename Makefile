@@ -1,11 +1,14 @@
 # gokv: one entry point for building and testing everything (CI runs `make test` via .ci/run).
 #
 #   make test      deps, native release build + ctest (CPU and Vulkan on lavapipe, validation on),
-#                  ASan+UBSan build + ctest (CPU), go vet, go test -race, go test -tags vulkan
+#                  ASan+UBSan build + ctest (CPU), NEON under qemu, go vet, go test -race,
+#                  go test -tags vulkan
 #   make build     native release build + go build
 #   make native    native release build + ctest
 #   make vulkan    the Vulkan module: build/out/release/native/vulkan/libgokv_vulkan.a and
 #                  build/out/release/pkgconfig/gokv-vulkan.pc (for go build -tags vulkan)
+#   make native-arm64   on x86-64: the NEON kernels checked against the scalar ones (check_simd, cross-
+#                  compiled for arm64 and run under qemu); skipped when the cross tools are missing
 #   make go-test   go vet + go test -race
 #   make go-test-vulkan   go test -tags vulkan ./... against the Vulkan module, validation layer on
 #   make clean     removes build/out
@@ -31,11 +34,11 @@ PKG_CONFIG_DIR := $(CURDIR)/$(RELEASE_DIR)/pkgconfig
 GO ?= go
 GO_TEST_FLAGS ?= -race -count=1
 
-.PHONY: all test build native native-asan vulkan go-build go-vet go-test go-test-vulkan deps clean FORCE
+.PHONY: all test build native native-asan native-arm64 vulkan go-build go-vet go-test go-test-vulkan deps clean FORCE
 
 all: build
 
-test: deps native native-asan go-test go-test-vulkan
+test: deps native native-asan native-arm64 go-test go-test-vulkan
 
 deps:
 	build/deps.sh
@@ -54,6 +57,22 @@ $(ASAN_DIR)/CMakeCache.txt:
 native: $(RELEASE_DIR)/CMakeCache.txt
 	cmake --build $(RELEASE_DIR) -j$(JOBS)
 	ctest --test-dir $(RELEASE_DIR) --output-on-failure -j$(JOBS)
+
+# The NEON kernels (native/cpu/kernels/neon.c) on an x86-64 machine: check_simd compares every entry of
+# the NEON table with the scalar one on random data, then whole attention calls with the scalar path and a
+# float64 reference; static, so qemu needs no arm64 libraries. On arm64 hosts the ctest suite covers NEON.
+ARM64_CC ?= aarch64-linux-gnu-gcc
+ARM64_RUN ?= qemu-aarch64
+ARM64_DIR := $(OUT)/arm64
+CPU_CHECK_SOURCES := native/cpu/bench/check_simd.c bridge/gokv_core.c bridge/gokv_layout.c bridge/gokv_validate.c \
+                     bridge/gokv_unity.c
+native-arm64:
+	@if [ "$$(uname -m)" != x86_64 ]; then echo "native-arm64: not an x86-64 host, skipped"; \
+	elif ! command -v $(ARM64_CC) >/dev/null || ! command -v $(ARM64_RUN) >/dev/null; then \
+	  echo "native-arm64: $(ARM64_CC) or $(ARM64_RUN) missing (build/deps.sh installs them), skipped"; \
+	else mkdir -p $(ARM64_DIR) && \
+	  $(ARM64_CC) -std=c11 -O2 -static -Wall -Wextra -Ibridge -Inative/cpu $(CPU_CHECK_SOURCES) -lm -lpthread \
+	    -o $(ARM64_DIR)/check_simd && $(ARM64_RUN) $(ARM64_DIR)/check_simd; fi
 
 native-asan: $(ASAN_DIR)/CMakeCache.txt
 	cmake --build $(ASAN_DIR) -j$(JOBS)

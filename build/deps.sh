@@ -7,7 +7,8 @@
 #
 #   required: the C/C++ toolchain, CMake, GoogleTest, pkg-config   (missing ones are an error)
 #   optional: ninja, and the Vulkan SDK pieces the Vulkan module will need (headers, glslc, lavapipe,
-#             the Khronos validation layer). Set GOKV_DEPS_VULKAN=0 to skip them.
+#             the Khronos validation layer; GOKV_DEPS_VULKAN=0 skips them), and an arm64 cross compiler
+#             with qemu, which run the NEON kernels' checks on x86-64 (GOKV_DEPS_ARM64=0 skips them).
 #
 # Go itself is not installed here (Debian's golang is too old): the script checks it and says so.
 set -euo pipefail
@@ -16,6 +17,9 @@ required=(build-essential g++ gcc make cmake pkg-config libgtest-dev)
 optional=(ninja-build)
 if [[ "${GOKV_DEPS_VULKAN:-1}" != 0 ]]; then
     optional+=(libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
+fi
+if [[ "${GOKV_DEPS_ARM64:-1}" != 0 && "$(uname -m)" == x86_64 ]]; then
+    optional+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi
 
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg >/dev/null 2>&1; then
