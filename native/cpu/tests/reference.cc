@@ -112,33 +112,40 @@ Seq Allocator::new_seq(int32_t capacity_tokens) {
     return s;
 }
 
-gokv_status append(gokv_pool *pool, const PoolCfg &c, const std::vector<Seq *> &seqs,
-                   const std::vector<std::vector<float>> &k, const std::vector<std::vector<float>> &v) {
-    const size_t kr = (size_t)c.n_kv_heads * (size_t)c.d_k;
-    std::vector<int32_t> tok{0}, pind{0}, pids, start, slots;
-    std::vector<float> kall, vall;
-    for (size_t i = 0; i < seqs.size(); i++) {
-        int32_t n = (int32_t)(k[i].size() / kr);
-        tok.push_back(tok.back() + n);
-        std::vector<int32_t> t = seqs[i]->table(seqs[i]->len + n, c.page_size);
-        pids.insert(pids.end(), t.begin(), t.end());
-        pind.push_back((int32_t)pids.size());
-        start.push_back(seqs[i]->len);
-        slots.push_back(seqs[i]->slot);
-        kall.insert(kall.end(), k[i].begin(), k[i].end());
-        if (!c.v_is_k_prefix) vall.insert(vall.end(), v[i].begin(), v[i].end());
-    }
+void WriteArrays::add(const PoolCfg &c, const Seq &s, const std::vector<float> &k_new,
+                      const std::vector<float> &v_new) {
+    const int32_t n = (int32_t)(k_new.size() / ((size_t)c.n_kv_heads * (size_t)c.d_k));
+    tok.push_back(tok.back() + n);
+    const std::vector<int32_t> t = s.table(s.len + n, c.page_size);
+    pids.insert(pids.end(), t.begin(), t.end());
+    pind.push_back((int32_t)pids.size());
+    start.push_back(s.len);
+    slots.push_back(s.slot);
+    k.insert(k.end(), k_new.begin(), k_new.end());
+    if (!c.v_is_k_prefix) v.insert(v.end(), v_new.begin(), v_new.end());
+}
+
+gokv_write_desc WriteArrays::desc(const PoolCfg &c) {
     gokv_write_desc w;
     std::memset(&w, 0, sizeof w);
     w.struct_size = sizeof w;
-    w.n_seqs = (int32_t)seqs.size();
+    w.n_seqs = (int32_t)tok.size() - 1;
     w.tok_indptr = tok.data();
     w.page_indptr = pind.data();
     w.page_ids = pids.data();
     w.start_pos = start.data();
     w.residual_slot = c.kivi() ? slots.data() : nullptr;
-    w.k = kall.data();
-    w.v = c.v_is_k_prefix ? nullptr : vall.data();
+    w.k = k.data();
+    w.v = c.v_is_k_prefix ? nullptr : v.data();
+    return w;
+}
+
+gokv_status append(gokv_pool *pool, const PoolCfg &c, const std::vector<Seq *> &seqs,
+                   const std::vector<std::vector<float>> &k, const std::vector<std::vector<float>> &v) {
+    const size_t kr = (size_t)c.n_kv_heads * (size_t)c.d_k;
+    WriteArrays arrays;
+    for (size_t i = 0; i < seqs.size(); i++) arrays.add(c, *seqs[i], k[i], v[i]);
+    const gokv_write_desc w = arrays.desc(c);
     gokv_status st = gokv_pool_write(pool, &w);
     if (st == GOKV_OK) {
         for (size_t i = 0; i < seqs.size(); i++) {

@@ -79,6 +79,17 @@ private:
     std::vector<int32_t> pages_, slots_;
 };
 
+/* The arrays of one gokv_pool_write call, gathered sequence by sequence. desc() points into them: keep the
+ * object alive and unchanged while the descriptor is in use. */
+struct WriteArrays {
+    std::vector<int32_t> tok{0}, pind{0}, pids, start, slots;
+    std::vector<float> k, v;
+    /* Adds rows k_new, v_new ([n][Hkv][d]; v_new ignored for MLA pools) after s's current length, with
+     * the pages that cover them. */
+    void add(const PoolCfg &c, const Seq &s, const std::vector<float> &k_new, const std::vector<float> &v_new);
+    gokv_write_desc desc(const PoolCfg &c);
+};
+
 /* Appends rows to several sequences in one gokv_pool_write call (k[i], v[i]: new rows of seqs[i]; v
  * ignored for MLA pools). On success the sequences' lengths and input copies are updated. */
 gokv_status append(gokv_pool *pool, const PoolCfg &c, const std::vector<Seq *> &seqs,

@@ -165,30 +165,9 @@ TEST(AppendAttend, EqualsWriteThenAttend) {
             vs.push_back(gen_values(rng, n, 2, a.cfg.d_v));
         }
         /* b: the fused call, built by hand (the helpers call write and attend separately) */
-        std::vector<int32_t> tok{0}, wpind{0}, wpids, start, slots;
-        std::vector<float> kall, vall;
-        for (size_t i = 0; i < 2; i++) {
-            const Seq &s = b.seqs[i];
-            tok.push_back(tok.back() + n_new[i]);
-            std::vector<int32_t> t = s.table(s.len + n_new[i], b.cfg.page_size);
-            wpids.insert(wpids.end(), t.begin(), t.end());
-            wpind.push_back((int32_t)wpids.size());
-            start.push_back(s.len);
-            slots.push_back(s.slot);
-            kall.insert(kall.end(), ks[i].begin(), ks[i].end());
-            vall.insert(vall.end(), vs[i].begin(), vs[i].end());
-        }
-        gokv_write_desc w;
-        std::memset(&w, 0, sizeof w);
-        w.struct_size = sizeof w;
-        w.n_seqs = 2;
-        w.tok_indptr = tok.data();
-        w.page_indptr = wpind.data();
-        w.page_ids = wpids.data();
-        w.start_pos = start.data();
-        w.residual_slot = b.cfg.kivi() ? slots.data() : nullptr;
-        w.k = kall.data();
-        w.v = vall.data();
+        WriteArrays wa;
+        for (size_t i = 0; i < 2; i++) wa.add(b.cfg, b.seqs[i], ks[i], vs[i]);
+        gokv_write_desc w = wa.desc(b.cfg);
         /* a: write, then attend */
         ASSERT_EQ(append(a.pool.get(), a.cfg, {&a.seqs[0], &a.seqs[1]}, ks, vs), GOKV_OK) << gokv_last_error();
         ASSERT_TRUE(reread(a));
@@ -219,7 +198,7 @@ TEST(AppendAttend, EqualsWriteThenAttend) {
         at.page_ids = apids.data();
         at.kv_len = kvl.data();
         at.q_pos = qpos.data();
-        at.residual_slot = b.cfg.kivi() ? slots.data() : nullptr;
+        at.residual_slot = b.cfg.kivi() ? wa.slots.data() : nullptr;
         at.n_heads_q = 4;
         at.q = q.data();
         at.out = out_b.data();

@@ -167,30 +167,9 @@ TEST_P(VkBatch, AppendAttendEqualsWriteThenAttend) {
         vs.push_back(gen_values(rng, n, 2, c.d_v));
     }
     /* b.vk: the fused call, built by hand */
-    std::vector<int32_t> tok{0}, pind{0}, pids, start, slots;
-    std::vector<float> kall, vall;
-    for (size_t i = 0; i < 2; i++) {
-        const Seq &s = b.vk.seqs[i];
-        tok.push_back(tok.back() + n_new[i]);
-        const std::vector<int32_t> t = s.table(s.len + n_new[i], c.page_size);
-        pids.insert(pids.end(), t.begin(), t.end());
-        pind.push_back((int32_t)pids.size());
-        start.push_back(s.len);
-        slots.push_back(s.slot);
-        kall.insert(kall.end(), ks[i].begin(), ks[i].end());
-        vall.insert(vall.end(), vs[i].begin(), vs[i].end());
-    }
-    gokv_write_desc w;
-    std::memset(&w, 0, sizeof w);
-    w.struct_size = sizeof w;
-    w.n_seqs = 2;
-    w.tok_indptr = tok.data();
-    w.page_indptr = pind.data();
-    w.page_ids = pids.data();
-    w.start_pos = start.data();
-    w.residual_slot = c.kivi() ? slots.data() : nullptr;
-    w.k = kall.data();
-    w.v = vall.data();
+    WriteArrays wa;
+    for (size_t i = 0; i < 2; i++) wa.add(c, b.vk.seqs[i], ks[i], vs[i]);
+    gokv_write_desc w = wa.desc(c);
     /* a: write, then attend, on both backends */
     ASSERT_TRUE(append_pair(a, {0, 1}, ks, vs));
     expect_read_parity(a, c.name() + " after the step's write");
@@ -215,11 +194,11 @@ TEST_P(VkBatch, AppendAttendEqualsWriteThenAttend) {
     at.pool = b.vk.pool.get();
     at.n_seqs = 2;
     at.q_indptr = qind.data();
-    at.page_indptr = pind.data();
-    at.page_ids = pids.data();
+    at.page_indptr = wa.pind.data();
+    at.page_ids = wa.pids.data();
     at.kv_len = kvl.data();
     at.q_pos = qpos.data();
-    at.residual_slot = c.kivi() ? slots.data() : nullptr;
+    at.residual_slot = c.kivi() ? wa.slots.data() : nullptr;
     at.n_heads_q = 4;
     at.q = q.data();
     at.out = out_b.data();
