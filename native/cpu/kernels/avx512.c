@@ -5,16 +5,20 @@
  * Rows are consumed in slabs of 32 elements (two zmm). A slab's codes are decoded to floats in whatever
  * lane order is cheapest for the encoding (4-bit: even elements, then odd ones; 2-bit: elements 4j, then
  * 4j+1, 4j+2, 4j+3) and the query is permuted the same way once per call, so codes are never shuffled per
- * token; accumulators of values are permuted back once per block. Quantized slabs are dequantized in
- * registers as x̂ = code·s + b, the value scalar.c's dequant_row gives bit for bit (code·s is exact in
- * float), so q·k̂ = Σ q_c x̂_c needs no Σq bias term: one FMA per element per query, the floor of §9.
+ * token; accumulators of values are permuted back once per block. For scores, quantized slabs are
+ * dequantized in registers as x̂ = code·s + b, the value scalar.c's dequant_row gives bit for bit (code·s
+ * is exact in float), so q·k̂ = Σ q_c x̂_c needs no Σq bias term: one FMA per element per query, the
+ * floor of §9.
  * 4- and 2-bit codes are dequantized through a 16-entry table per group (vpermps looks at the low 4 index
  * bits only, so the nibble needs no mask), 8-bit ones through an int->float conversion.
  *
  * Scores: per token, one accumulator per query over the slabs; 16 tokens' accumulators are summed
- * horizontally together by a transpose tree (15 adds for 16 tokens, not 16 full reductions).
+ * horizontally together by a transpose tree (15 adds for 16 tokens, not 16 full reductions). The tables
+ * of 4 tokens are built before their slabs are walked.
  * Values: slab-outer, token-inner, so the decoded slab of a token is shared by all the queries and the
- * accumulators (2 per query) stay in registers across the block.
+ * accumulators (2 per query) stay in registers across the block. Quantized values fold the scale into the
+ * weights instead (Σ_t p_t (s_t code_t + b_t) = Σ_t (p_t s_t) code_t + Σ_t p_t b_t, once per group and
+ * block), so their codes decode through a constant table and the token loop is FMAs and shuffles only.
  * Queries are taken in chunks of 8, 4, 3, 2, 1 (each a compile-time specialization).
  */
 #include "kernels.h"
@@ -77,6 +81,27 @@ AVX512_INLINE void avx512_row_sb(const cpu_rows *r, int32_t ng, float *sf, float
     }
 }
 
+/* The 16-entry table of a 4- or 2-bit group: entry e holds code(e)·s + b (2-bit: code(e) = e & 3). */
+AVX512_INLINE __m512 avx512_table(const int enc, float s, float b) {
+    return _mm512_fmadd_ps(_mm512_loadu_ps(enc == CPU_ENC_Q4 ? avx512_lut4_codes : avx512_lut2_codes), _mm512_set1_ps(s),
+                           _mm512_set1_ps(b));
+}
+
+/* Slab k of a 4- or 2-bit row decoded through table lut (vpermps looks at the low 4 index bits only, so
+ * a nibble needs no mask). 2-bit: 8 bytes, each used twice (shifts 0/2 in a, 4/6 in b). */
+AVX512_INLINE void avx512_slab_table(const uint8_t *row, int32_t k, const int enc, __m512 lut, __m512 *a, __m512 *b) {
+    if (enc == CPU_ENC_Q4) {
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 16)));
+        *a = _mm512_permutexvar_ps(x, lut);
+        *b = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), lut);
+    } else {
+        const __m256i y = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + (size_t)k * 8)));
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), y, 1);
+        *a = _mm512_permutexvar_ps(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_a)), lut);
+        *b = _mm512_permutexvar_ps(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_b)), lut);
+    }
+}
+
 /* Slab k of a row, decoded (and dequantized with scale *sp and bias *bp) into a (positions 0..15) and
  * b (16..31) in the encoding's lane order. Plain rows may end inside the slab (d % 32 != 0): masked. */
 AVX512_INLINE void avx512_slab(const uint8_t *row, int32_t k, const int enc, int32_t d, const float *sp, const float *bp,
@@ -112,21 +137,20 @@ AVX512_INLINE void avx512_slab(const uint8_t *row, int32_t k, const int enc, int
         *b = _mm512_fmadd_ps(_mm512_cvtepi32_ps(y), s, bias);
         return;
     }
-    case CPU_ENC_Q4: {
-        const __m512 lut = _mm512_fmadd_ps(_mm512_loadu_ps(avx512_lut4_codes), _mm512_set1_ps(*sp), _mm512_set1_ps(*bp));
-        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 16)));
-        *a = _mm512_permutexvar_ps(x, lut);
-        *b = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), lut);
+    default: /* Q4, Q2 */
+        avx512_slab_table(row, k, enc, avx512_table(enc, *sp, *bp), a, b);
         return;
     }
-    default: { /* Q2: 8 bytes, each used twice (shifts 0/2 in a, 4/6 in b) */
-        const __m512 lut = _mm512_fmadd_ps(_mm512_loadu_ps(avx512_lut2_codes), _mm512_set1_ps(*sp), _mm512_set1_ps(*bp));
-        const __m256i y = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + (size_t)k * 8)));
-        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), y, 1);
-        *a = _mm512_permutexvar_ps(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_a)), lut);
-        *b = _mm512_permutexvar_ps(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_b)), lut);
-        return;
-    }
+}
+
+/* Slab k of a quantized row as its raw codes (no scale, no bias), in the encoding's lane order: the values
+ * kernel folds the scale into the weights and adds the bias once per group (see avx512_fold_weights). */
+AVX512_INLINE void avx512_slab_codes(const uint8_t *row, int32_t k, const int enc, __m512 *a, __m512 *b) {
+    if (enc == CPU_ENC_Q8) {
+        *a = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32))));
+        *b = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32 + 16))));
+    } else {
+        avx512_slab_table(row, k, enc, _mm512_loadu_ps(enc == CPU_ENC_Q4 ? avx512_lut4_codes : avx512_lut2_codes), a, b);
     }
 }
 
@@ -186,6 +210,15 @@ AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float
         for (int i = 0; i < NQ; i++) acc[u][i] = _mm512_setzero_ps();
     const uint8_t *row0 = r->codes + (size_t)t * r->row_stride;
     const float *sf0 = sf + (size_t)t * ng, *bf0 = bf + (size_t)t * ng;
+    /* 4- and 2-bit: the tokens' group tables first. Built inside the slab loop, each table's FMA queues
+     * behind the previous slab's on the FMA pipes and its vpermps wait on it (bench_kernels: 59% of the
+     * FMA peak that way, 64% built ahead). */
+    const int tabled = enc == CPU_ENC_Q4 || enc == CPU_ENC_Q2;
+    __m512 tables[AVX512_MAX_NG * 4];
+    if (tabled)
+        for (int32_t j = 0; j < ng; j++)
+            #pragma GCC unroll 4
+            for (int u = 0; u < TU; u++) tables[j * TU + u] = avx512_table(enc, sf0[(size_t)u * ng + j], bf0[(size_t)u * ng + j]);
     for (int32_t k = 0; k < nslab; k++) {
         const int32_t j = k >> gshift;
         /* the slab's queries once, then one token at a time: its decoded slab meets every query */
@@ -196,7 +229,9 @@ AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float
         #pragma GCC unroll 4
         for (int u = 0; u < TU; u++) {
             __m512 a, b;
-            avx512_slab(row0 + (size_t)u * r->row_stride, k, enc, d, sf0 + (size_t)u * ng + j, bf0 + (size_t)u * ng + j, &a, &b);
+            const uint8_t *row = row0 + (size_t)u * r->row_stride;
+            if (tabled) avx512_slab_table(row, k, enc, tables[j * TU + u], &a, &b);
+            else avx512_slab(row, k, enc, d, sf0 + (size_t)u * ng + j, bf0 + (size_t)u * ng + j, &a, &b);
             #pragma GCC unroll 8
             for (int i = 0; i < NQ; i++) acc[u][i] = _mm512_fmadd_ps(b, qb[i], _mm512_fmadd_ps(a, qa[i], acc[u][i]));
         }
@@ -278,20 +313,73 @@ AVX512_INLINE void avx512_add_slab(float *o, int32_t k, int32_t dv, __m512 a, __
     }
 }
 
+/* Group j of tokens t0..t0+15 (lanes past mask m zero) from token-major x[t * ng + j]: shuffles for 1, 2
+ * or 4 groups (d = 128 with g = 128, 64 or 32), a gather otherwise (slower on AMD: ~12 cycles each).
+ * x is a CPU_BLOCK * AVX512_MAX_NG array, so the loads past the block's last token stay inside it. */
+AVX512_INLINE __m512 avx512_group_column(const float *x, int32_t ng, int32_t t0, int32_t j, __mmask16 m) {
+    const float *xt = x + (size_t)t0 * ng;
+    const __m512i lane = _mm512_loadu_si512(avx512_iota);
+    switch (ng) {
+    case 1: return _mm512_maskz_loadu_ps(m, xt);
+    case 2: {
+        const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(lane, 1), _mm512_set1_epi32(j));
+        return _mm512_maskz_permutex2var_ps(m, _mm512_loadu_ps(xt), idx, _mm512_loadu_ps(xt + 16));
+    }
+    case 4: { /* tokens 0-7 from the first 32 floats, 8-15 from the next 32 (lanes 8-15 of each unused) */
+        const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(lane, 2), _mm512_set1_epi32(j));
+        const __m512 lo = _mm512_permutex2var_ps(_mm512_loadu_ps(xt), idx, _mm512_loadu_ps(xt + 16));
+        const __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(xt + 32), idx, _mm512_loadu_ps(xt + 48));
+        return _mm512_maskz_mov_ps(m, _mm512_shuffle_f32x4(lo, hi, 0x44));
+    }
+    default:
+        return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, _mm512_mullo_epi32(lane, _mm512_set1_epi32(ng)), xt + j, 4);
+    }
+}
+
+/* The weights of group j for NQ queries: w[i][t] = p[i][t] s_t,j, and bsum[i] = Σ_t p[i][t] b_t,j, so that
+ * Σ_t p_t v̂_t = Σ_t w_t code_t + bsum over the group's elements. The scale leaves the token loop, whose
+ * codes then decode through a constant table: a per-token table built on the FMA pipes costs the values
+ * kernel about a fifth of its speed (bench_kernels: 95% of the FMA peak with constant tables, 72% without). */
+AVX512_INLINE void avx512_fold_weights(const float *p, size_t ldp, const int NQ, int32_t n, const float *sf,
+                                       const float *bf, int32_t ng, int32_t j, float *w, float *bsum) {
+    __m512 bacc[AVX512_MAX_NQ];
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) bacc[i] = _mm512_setzero_ps();
+    for (int32_t t0 = 0; t0 < n; t0 += 16) {
+        const __mmask16 m = avx512_mask(n - t0);
+        const __m512 sv = avx512_group_column(sf, ng, t0, j, m), bv = avx512_group_column(bf, ng, t0, j, m);
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            const __m512 pv = _mm512_maskz_loadu_ps(m, p + (size_t)i * ldp + t0);
+            _mm512_storeu_ps(w + (size_t)i * CPU_BLOCK + t0, _mm512_mul_ps(pv, sv));
+            bacc[i] = _mm512_fmadd_ps(pv, bv, bacc[i]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) bsum[i] = _mm512_reduce_add_ps(bacc[i]);
+}
+
 AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, const int NQ,
                                      const int enc, const float *sf, const float *bf, int32_t ng, float *o, size_t ldo,
                                      const cpu_prefetch *pf) {
     const int32_t nslab = (dv + 31) / 32, n = r->n, pieces = (n + 31) / 32; /* prefetch slices per slab */
-    const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 32u) : 0;
+    const int quant = enc >= CPU_ENC_Q8;
+    const int32_t gshift = quant ? __builtin_ctz((unsigned)r->group / 32u) : 0;
+    float wbuf[AVX512_MAX_NQ * CPU_BLOCK] __attribute__((aligned(64)));
+    float bsum[AVX512_MAX_NQ] = {0};
+    /* quantized rows: folded weights of the slab's group; plain ones: the probabilities themselves */
+    const float *w = quant ? wbuf : p;
+    const size_t ldw = quant ? CPU_BLOCK : ldp;
     /* two interleaved token streams when registers allow: each FMA chain then waits on every other token */
     enum { U = 2 };
     for (int32_t k = 0; k < nslab; k++) {
         const int32_t j = k >> gshift;
+        if (quant && (k == 0 || j != (k - 1) >> gshift)) avx512_fold_weights(p, ldp, NQ, n, sf, bf, ng, j, wbuf, bsum);
         __m512 acc_a[U][AVX512_MAX_NQ], acc_b[U][AVX512_MAX_NQ];
         #pragma GCC unroll 8
         for (int u = 0; u < U; u++)
             #pragma GCC unroll 8
-            for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm512_setzero_ps();
+            for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm512_set1_ps(u == 0 ? bsum[i] : 0.0f);
         /* 32 tokens at a time, each piece asking for its slice of the prefetch hint */
         for (int32_t t0 = 0, t = 0; t0 < n; t0 += 32) {
             cpu_prefetch_slice(pf, k * pieces + t0 / 32, nslab * pieces);
@@ -302,23 +390,25 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
                     for (int u = 0; u < 2; u++) {
                         __m512 a, b;
                         const uint8_t *row = r->codes + (size_t)(t + u) * r->row_stride;
-                        avx512_slab(row, k, enc, dv, sf + (size_t)(t + u) * ng + j, bf + (size_t)(t + u) * ng + j, &a, &b);
+                        if (quant) avx512_slab_codes(row, k, enc, &a, &b);
+                        else avx512_slab(row, k, enc, dv, NULL, NULL, &a, &b);
                         #pragma GCC unroll 8
                         for (int i = 0; i < NQ; i++) {
-                            const __m512 w = _mm512_set1_ps(p[(size_t)i * ldp + t + u]);
-                            acc_a[u][i] = _mm512_fmadd_ps(a, w, acc_a[u][i]);
-                            acc_b[u][i] = _mm512_fmadd_ps(b, w, acc_b[u][i]);
+                            const __m512 wt = _mm512_set1_ps(w[(size_t)i * ldw + t + u]);
+                            acc_a[u][i] = _mm512_fmadd_ps(a, wt, acc_a[u][i]);
+                            acc_b[u][i] = _mm512_fmadd_ps(b, wt, acc_b[u][i]);
                         }
                     }
             for (; t < t1; t++) {
                 __m512 a, b;
                 const uint8_t *row = r->codes + (size_t)t * r->row_stride;
-                avx512_slab(row, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j, &a, &b);
+                if (quant) avx512_slab_codes(row, k, enc, &a, &b);
+                else avx512_slab(row, k, enc, dv, NULL, NULL, &a, &b);
                 #pragma GCC unroll 8
                 for (int i = 0; i < NQ; i++) {
-                    const __m512 w = _mm512_set1_ps(p[(size_t)i * ldp + t]);
-                    acc_a[0][i] = _mm512_fmadd_ps(a, w, acc_a[0][i]);
-                    acc_b[0][i] = _mm512_fmadd_ps(b, w, acc_b[0][i]);
+                    const __m512 wt = _mm512_set1_ps(w[(size_t)i * ldw + t]);
+                    acc_a[0][i] = _mm512_fmadd_ps(a, wt, acc_a[0][i]);
+                    acc_b[0][i] = _mm512_fmadd_ps(b, wt, acc_b[0][i]);
                 }
             }
         }
