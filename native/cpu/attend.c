@@ -114,25 +114,13 @@ static void mask_block(const attend_ctx *c, int32_t seq, const scratch *sc, int3
     }
 }
 
-/* max of x[0..n): eight independent running maxima, so the compare chain does not serialize the loop
- * (a single one costs a maxss latency per token and query, as much as the score kernel itself). */
-static float block_max(const float *x, int32_t n) {
-    float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int32_t t = 0;
-    for (; t + 8 <= n; t += 8)
-        for (int j = 0; j < 8; j++) m[j] = x[t + j] > m[j] ? x[t + j] : m[j];
-    for (; t < n; t++) m[0] = x[t] > m[0] ? x[t] : m[0];
-    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
-    return m[0];
-}
-
 /* Online softmax over one scored, masked block: rescales (m, l, o) and turns scores into weights p.
  * Returns 0 when no query sees any token of the block (nothing to accumulate). */
 static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int32_t n) {
     int any = 0;
     for (int32_t i = 0; i < nq; i++) {
         float *si = sc->s + (size_t)i * CPU_BLOCK;
-        const float bm = block_max(si, n);
+        const float bm = c->k->max(si, n);
         if (bm == -INFINITY) {
             memset(si, 0, (size_t)n * sizeof *si);
             continue;

@@ -165,6 +165,22 @@ static void check_chan(const cpu_kernels *S, const cpu_kernels *V, const char *l
     free(codes), free(sc), free(bi), free(q), free(s0), free(s1), free(p), free(o0), free(o1);
 }
 
+/* max: equal to the scalar one (NaN never wins, -inf rows stay -inf), for every length and position */
+static void check_max(const cpu_kernels *S, const cpu_kernels *V, const char *lvl) {
+    char what[256];
+    for (int32_t n = 1; n <= CPU_BLOCK; n++)
+        for (int32_t at = 0; at < n; at += 1 + n / 5) {
+            float x[CPU_BLOCK];
+            for (int32_t t = 0; t < n; t++) x[t] = rnd() % 3 == 0 ? -INFINITY : rnd() % 17 == 0 ? NAN : frand(-50, 0);
+            x[at] = n % 4 == 0 ? -INFINITY : frand(1, 2); /* the winner, or a row with no finite maximum */
+            if (n % 4 == 0)
+                for (int32_t t = 0; t < n; t++) x[t] = -INFINITY;
+            const float m0 = S->max(x, n), m1 = V->max(x, n);
+            snprintf(what, sizeof what, "%s max n %d at %d: %g vs %g", lvl, n, at, m0, m1);
+            expect(m0 == m1 || (isnan(m0) && isnan(m1)), what);
+        }
+}
+
 static void check_exp(const cpu_kernels *S, const cpu_kernels *V, const char *lvl) {
     char what[256];
     for (int32_t n = 1; n <= CPU_BLOCK; n += 7) {
@@ -298,6 +314,7 @@ int main(void) {
                     check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 576, 512);
                     check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 64, 36);
                 }
+        check_max(S, V, lvl);
         check_exp(S, V, lvl);
         printf("%s kernels: %d checks, %d failures so far\n", lvl, checks, failures);
     }

@@ -437,6 +437,21 @@ AVX2_INLINE __m256 avx2_exp(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), valid);
 }
 
+/* max_ps(x, m) gives m when x is NaN: a NaN never wins, as in scalar.c */
+AVX2_FN static float avx2_max(const float *x, int32_t n) {
+    __m256 m0 = _mm256_set1_ps(-__builtin_inff()), m1 = m0;
+    int32_t t = 0;
+    for (; t + 16 <= n; t += 16)
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + t), m0), m1 = _mm256_max_ps(_mm256_loadu_ps(x + t + 8), m1);
+    m0 = _mm256_max_ps(m0, m1);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float r = _mm_cvtss_f32(h);
+    for (; t < n; t++) r = x[t] > r ? x[t] : r;
+    return r;
+}
+
 AVX2_FN static float avx2_exp_sum(float *x, int32_t n, float m) {
     const __m256 mv = _mm256_set1_ps(m);
     __m256 sum = _mm256_setzero_ps();
@@ -499,6 +514,7 @@ void cpu_kernels_fill_avx2(cpu_kernels *k) {
     k->accum_rows[CPU_ENC_Q2] = avx2_accum_rows_q2;
     k->score_chan = avx2_score_chan;
     k->accum_chan = avx2_accum_chan;
+    k->max = avx2_max;
     k->exp_sum = avx2_exp_sum;
     k->dequant_row = avx2_dequant_row;
     k->spreads_prefetch = 1;

@@ -618,6 +618,16 @@ AVX512_INLINE __m512 avx512_exp(__m512 x) {
     return _mm512_scalef_ps(y, n);
 }
 
+/* max_ps(x, m) gives m when x is NaN: a NaN never wins, as in scalar.c */
+AVX512_FN static float avx512_max(const float *x, int32_t n) {
+    __m512 m0 = _mm512_set1_ps(-__builtin_inff()), m1 = m0;
+    int32_t t = 0;
+    for (; t + 32 <= n; t += 32)
+        m0 = _mm512_max_ps(_mm512_loadu_ps(x + t), m0), m1 = _mm512_max_ps(_mm512_loadu_ps(x + t + 16), m1);
+    for (; t < n; t += 16) m0 = _mm512_mask_max_ps(m0, avx512_mask(n - t), _mm512_maskz_loadu_ps(avx512_mask(n - t), x + t), m0);
+    return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
 AVX512_FN static float avx512_exp_sum(float *x, int32_t n, float m) {
     const __m512 mv = _mm512_set1_ps(m);
     __m512 sum = _mm512_setzero_ps();
@@ -673,6 +683,7 @@ void cpu_kernels_fill_avx512(cpu_kernels *k) {
     k->accum_rows[CPU_ENC_Q2] = avx512_accum_rows_q2;
     k->score_chan = avx512_score_chan;
     k->accum_chan = avx512_accum_chan;
+    k->max = avx512_max;
     k->exp_sum = avx512_exp_sum;
     k->dequant_row = avx512_dequant_row;
     k->spreads_prefetch = 1;

@@ -64,6 +64,8 @@ typedef struct cpu_kernels {
     void (*score_chan)(const cpu_chan *c, int32_t d, const float *q, size_t ldq, int32_t nq, float *s, size_t lds);
     /* KIVI keys read as values (MLA): o[i][0..dv) += Σ_t p[i][t] · k̂_t[0..dv). */
     void (*accum_chan)(const cpu_chan *c, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o, size_t ldo);
+    /* max of x[0..n) (-inf when every x is -inf; a NaN never wins) */
+    float (*max)(const float *x, int32_t n);
     /* x[t] = e^(x[t] - m) for t < n (x may hold -inf: gives 0); returns Σ of the results. */
     float (*exp_sum)(float *x, int32_t n, float m);
     /* Dequantizes one per-token row of d elements (reads, baseline). */

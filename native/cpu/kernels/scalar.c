@@ -134,6 +134,18 @@ static void accum_chan_scalar(const cpu_chan *ch, int32_t dv, const float *p, si
     }
 }
 
+/* eight independent running maxima, so the compare chain does not serialize the loop (a single one
+ * costs a maxss latency per token and query, as much as a score kernel) */
+static float max_scalar(const float *x, int32_t n) {
+    float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int32_t t = 0;
+    for (; t + 8 <= n; t += 8)
+        for (int j = 0; j < 8; j++) m[j] = x[t + j] > m[j] ? x[t + j] : m[j];
+    for (; t < n; t++) m[0] = x[t] > m[0] ? x[t] : m[0];
+    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    return m[0];
+}
+
 static float exp_sum_scalar(float *x, int32_t n, float m) {
     float sum = 0.0f;
     for (int32_t t = 0; t < n; t++) {
@@ -161,6 +173,7 @@ void cpu_kernels_fill_scalar(cpu_kernels *k) {
     k->accum_rows[CPU_ENC_Q8] = k->accum_rows[CPU_ENC_Q4] = k->accum_rows[CPU_ENC_Q2] = accum_rows_quant;
     k->score_chan = score_chan_scalar;
     k->accum_chan = accum_chan_scalar;
+    k->max = max_scalar;
     k->exp_sum = exp_sum_scalar;
     k->dequant_row = dequant_row_scalar;
     k->spreads_prefetch = 0; /* the caller asks for the next block at once */
