@@ -14,7 +14,8 @@
  *
  * Scores: per token, one accumulator per query over the slabs; 16 tokens' accumulators are summed
  * horizontally together by a transpose tree (15 adds for 16 tokens, not 16 full reductions). The tables
- * of 4 tokens are built before their slabs are walked.
+ * of 4 tokens are built before their slabs are walked. 4-bit keys are scored with 16 tokens in lanes
+ * instead (avx512_score_q4_lanes: transposed bytes, no tables, no horizontal sums).
  * Values: slab-outer, token-inner, so the decoded slab of a token is shared by all the queries and the
  * accumulators (2 per query) stay in registers across the block. Quantized values fold the scale into the
  * weights instead (Σ_t p_t (s_t code_t + b_t) = Σ_t (p_t s_t) code_t + Σ_t p_t b_t, once per group and
@@ -436,6 +437,111 @@ AVX512_INLINE void avx512_accum_rows_impl(const cpu_rows *r, int32_t dv, const f
     }
 }
 
+/* ---- q4 keys with tokens in lanes: 16 tokens at a time, no horizontal sums, no per-token tables ----
+ * q·k̂_t = Σ_g s_t,g (q_g · codes_t,g) + b_t,g Σq_g. The 16 rows' bytes are transposed (4 levels of
+ * unpacks, each 128-bit lane on its own), so a byte column (byte c of every row) decodes to two dims of 16
+ * tokens; each dim meets each query's element as a broadcast FMA, and the scales and biases enter once per
+ * 32 dims and per group as columns of the block (avx512_group_column). */
+
+/* r[k] lane L byte t <- r[t] lane L byte k, for the 16 registers */
+AVX512_INLINE void avx512_transpose_bytes(__m512i *r) {
+    __m512i a[16];
+    #pragma GCC unroll 8
+    for (int p = 0; p < 8; p++)
+        a[2 * p] = _mm512_unpacklo_epi8(r[2 * p], r[2 * p + 1]), a[2 * p + 1] = _mm512_unpackhi_epi8(r[2 * p], r[2 * p + 1]);
+    #pragma GCC unroll 4
+    for (int q = 0; q < 4; q++)
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            r[4 * q + 2 * h] = _mm512_unpacklo_epi16(a[4 * q + h], a[4 * q + 2 + h]);
+            r[4 * q + 2 * h + 1] = _mm512_unpackhi_epi16(a[4 * q + h], a[4 * q + 2 + h]);
+        }
+    #pragma GCC unroll 2
+    for (int q = 0; q < 2; q++)
+        #pragma GCC unroll 4
+        for (int h = 0; h < 4; h++) {
+            a[8 * q + 2 * h] = _mm512_unpacklo_epi32(r[8 * q + h], r[8 * q + 4 + h]);
+            a[8 * q + 2 * h + 1] = _mm512_unpackhi_epi32(r[8 * q + h], r[8 * q + 4 + h]);
+        }
+    #pragma GCC unroll 8
+    for (int h = 0; h < 8; h++) r[2 * h] = _mm512_unpacklo_epi64(a[h], a[8 + h]), r[2 * h + 1] = _mm512_unpackhi_epi64(a[h], a[8 + h]);
+}
+
+AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
+                                         const int NQ, const float *sf, const float *bf, int32_t ng, float *s, size_t lds,
+                                         const cpu_prefetch *pf) {
+    const int32_t rb = d / 2, nchunk = (rb + 63) / 64, n = r->n; /* row bytes: a multiple of 16 (d % 32 == 0) */
+    const int32_t gshift = __builtin_ctz((unsigned)r->group);
+    uint8_t cols[16][64] __attribute__((aligned(64)));
+    for (int32_t t0 = 0; t0 < n; t0 += 16) {
+        const int32_t tn = n - t0 < 16 ? n - t0 : 16;
+        const __mmask16 m = avx512_mask(tn);
+        cpu_prefetch_slice(pf, t0 / 16, (n + 15) / 16);
+        __m512 acc[AVX512_MAX_NQ];
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
+        for (int32_t j = 0; j < ng; j++) { /* the biases: b_t,j Σq_j */
+            const __m512 bcol = avx512_group_column(bf, ng, t0, j, m);
+            #pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[i]);
+        }
+        for (int32_t c = 0; c < nchunk; c++) {
+            const int32_t left = rb - c * 64, lanes = left >= 64 ? 4 : left / 16;
+            const __mmask64 bm = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+            __m512i x[16];
+            #pragma GCC unroll 16
+            for (int u = 0; u < 16; u++)
+                x[u] = u < tn ? _mm512_maskz_loadu_epi8(bm, r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64)
+                              : _mm512_setzero_si512();
+            avx512_transpose_bytes(x);
+            #pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[k]);
+            for (int L = 0; L < lanes; L++) {
+                const int32_t dim0 = (c * 4 + L) * 32; /* this lane's 32 dims */
+                __m512 in[AVX512_MAX_NQ][4];
+                #pragma GCC unroll 8
+                for (int i = 0; i < NQ; i++) in[i][0] = in[i][1] = in[i][2] = in[i][3] = _mm512_setzero_ps();
+                #pragma GCC unroll 16
+                for (int k = 0; k < 16; k++) {
+                    const __m512i xb = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(cols[k] + 16 * L)));
+                    /* int->float conversions here: 3% faster than vpermps through a table, which shares pipes with the unpacks */
+                    const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(xb, _mm512_set1_epi32(15)));
+                    const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(xb, 4));
+                    #pragma GCC unroll 8
+                    for (int i = 0; i < NQ; i++) {
+                        const float *qi = q + (size_t)i * ldq + dim0 + 2 * k;
+                        in[i][(k & 1) * 2] = _mm512_fmadd_ps(lo, _mm512_set1_ps(qi[0]), in[i][(k & 1) * 2]);
+                        in[i][(k & 1) * 2 + 1] = _mm512_fmadd_ps(hi, _mm512_set1_ps(qi[1]), in[i][(k & 1) * 2 + 1]);
+                    }
+                }
+                const __m512 scol = avx512_group_column(sf, ng, t0, dim0 >> gshift, m);
+                #pragma GCC unroll 8
+                for (int i = 0; i < NQ; i++)
+                    acc[i] = _mm512_fmadd_ps(scol, _mm512_add_ps(_mm512_add_ps(in[i][0], in[i][1]), _mm512_add_ps(in[i][2], in[i][3])), acc[i]);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) _mm512_mask_storeu_ps(s + (size_t)i * lds + t0, m, acc[i]);
+    }
+}
+
+AVX512_FN static void avx512_score_rows_q4(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
+                                           int32_t nq, float *s, size_t lds) {
+    const int32_t ng = d / r->group;
+    float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    float bf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    avx512_row_sb(r, ng, sf, bf);
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t left = nq - i0, nc = left >= 4 ? 4 : left;
+#define AVX512_SCORE_Q4(N)                                                                                            \
+    avx512_score_q4_lanes(r, d, q + (size_t)i0 * ldq, ldq, qsum + (size_t)i0 * ng, N, sf, bf, ng, s + (size_t)i0 * lds, lds, \
+                          i0 ? NULL : r->pf)
+        CPU_BY_NQ4(AVX512_SCORE_Q4, nc)
+#undef AVX512_SCORE_Q4
+        i0 += nc;
+    }
+}
+
 #define AVX512_ROW_KERNELS(name, enc)                                                                                 \
     AVX512_FN static void avx512_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq,         \
                                                    const float *qsum, int32_t nq, float *s, size_t lds) {            \
@@ -449,7 +555,10 @@ AVX512_INLINE void avx512_accum_rows_impl(const cpu_rows *r, int32_t dv, const f
 AVX512_ROW_KERNELS(f32, CPU_ENC_F32)
 AVX512_ROW_KERNELS(f16, CPU_ENC_F16)
 AVX512_ROW_KERNELS(q8, CPU_ENC_Q8)
-AVX512_ROW_KERNELS(q4, CPU_ENC_Q4)
+AVX512_FN static void avx512_accum_rows_q4(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
+                                           size_t ldo) {
+    avx512_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, CPU_ENC_Q4);
+}
 AVX512_ROW_KERNELS(q2, CPU_ENC_Q2)
 
 /* ---- KIVI keys (per channel): tokens in lanes, 32 tokens per piece ---- */
