@@ -438,33 +438,36 @@ AVX512_INLINE void avx512_accum_rows_impl(const cpu_rows *r, int32_t dv, const f
 }
 
 /* ---- q4 keys with tokens in lanes: 16 tokens at a time, no horizontal sums, no per-token tables ----
- * q·k̂_t = Σ_g s_t,g (q_g · codes_t,g) + b_t,g Σq_g. The 16 rows' bytes are transposed (4 levels of
- * unpacks, each 128-bit lane on its own), so a byte column (byte c of every row) decodes to two dims of 16
- * tokens; each dim meets each query's element as a broadcast FMA, and the scales and biases enter once per
- * 32 dims and per group as columns of the block (avx512_group_column). */
+ * q·k̂_t = Σ_g s_t,g (q_g · codes_t,g) + b_t,g Σq_g. The 16 rows are transposed as dwords (64 bytes of
+ * each at a time), so dword column c (dims 8c..8c+7 of every row) decodes by shifts and vpermps into 8
+ * dims of 16 tokens; each dim meets each query's element as a broadcast FMA, and the scales and biases
+ * enter once per 32 dims and per group as columns of the block (avx512_group_column). bench_kernels, in
+ * cache: 60% of FMA peak with per-token tables and the transpose-tree sums, 66% with the rows transposed
+ * as bytes (a byte column: two dims), 68-71% as dwords (fewer decode ops). */
 
-/* r[k] lane L byte t <- r[t] lane L byte k, for the 16 registers */
-AVX512_INLINE void avx512_transpose_bytes(__m512i *r) {
+/* A 16x16 transpose of dwords: afterwards lane t of r[avx512_t16_reg[c]] is dword c of the old r[t]. */
+static const int32_t avx512_t16_reg[16] = {0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15};
+AVX512_INLINE void avx512_transpose_dwords(__m512i *r) {
     __m512i a[16];
     #pragma GCC unroll 8
     for (int p = 0; p < 8; p++)
-        a[2 * p] = _mm512_unpacklo_epi8(r[2 * p], r[2 * p + 1]), a[2 * p + 1] = _mm512_unpackhi_epi8(r[2 * p], r[2 * p + 1]);
+        a[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]), a[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
     #pragma GCC unroll 4
     for (int q = 0; q < 4; q++)
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            r[4 * q + 2 * h] = _mm512_unpacklo_epi16(a[4 * q + h], a[4 * q + 2 + h]);
-            r[4 * q + 2 * h + 1] = _mm512_unpackhi_epi16(a[4 * q + h], a[4 * q + 2 + h]);
+            r[4 * q + 2 * h] = _mm512_unpacklo_epi64(a[4 * q + h], a[4 * q + 2 + h]);
+            r[4 * q + 2 * h + 1] = _mm512_unpackhi_epi64(a[4 * q + h], a[4 * q + 2 + h]);
         }
     #pragma GCC unroll 2
     for (int q = 0; q < 2; q++)
         #pragma GCC unroll 4
         for (int h = 0; h < 4; h++) {
-            a[8 * q + 2 * h] = _mm512_unpacklo_epi32(r[8 * q + h], r[8 * q + 4 + h]);
-            a[8 * q + 2 * h + 1] = _mm512_unpackhi_epi32(r[8 * q + h], r[8 * q + 4 + h]);
+            a[8 * q + 2 * h] = _mm512_shuffle_i32x4(r[8 * q + h], r[8 * q + 4 + h], 0x88);
+            a[8 * q + 2 * h + 1] = _mm512_shuffle_i32x4(r[8 * q + h], r[8 * q + 4 + h], 0xDD);
         }
     #pragma GCC unroll 8
-    for (int h = 0; h < 8; h++) r[2 * h] = _mm512_unpacklo_epi64(a[h], a[8 + h]), r[2 * h + 1] = _mm512_unpackhi_epi64(a[h], a[8 + h]);
+    for (int h = 0; h < 8; h++) r[2 * h] = _mm512_shuffle_i32x4(a[h], a[8 + h], 0x88), r[2 * h + 1] = _mm512_shuffle_i32x4(a[h], a[8 + h], 0xDD);
 }
 
 AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
@@ -472,7 +475,8 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
                                          const cpu_prefetch *pf) {
     const int32_t rb = d / 2, nchunk = (rb + 63) / 64, n = r->n; /* row bytes: a multiple of 16 (d % 32 == 0) */
     const int32_t gshift = __builtin_ctz((unsigned)r->group);
-    uint8_t cols[16][64] __attribute__((aligned(64)));
+    const __m512 ctab = _mm512_loadu_ps(avx512_lut4_codes);
+    int32_t cols[16][16] __attribute__((aligned(64)));
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
         const int32_t tn = n - t0 < 16 ? n - t0 : 16;
         const __mmask16 m = avx512_mask(tn);
@@ -486,32 +490,31 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
             for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[i]);
         }
         for (int32_t c = 0; c < nchunk; c++) {
-            const int32_t left = rb - c * 64, lanes = left >= 64 ? 4 : left / 16;
-            const __mmask64 bm = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+            const int32_t left = rb - c * 64, units = left >= 64 ? 4 : left / 16;
+            const __mmask16 wm = avx512_mask(left / 4);
             __m512i x[16];
             #pragma GCC unroll 16
             for (int u = 0; u < 16; u++)
-                x[u] = u < tn ? _mm512_maskz_loadu_epi8(bm, r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64)
+                x[u] = u < tn ? _mm512_maskz_loadu_epi32(wm, r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64)
                               : _mm512_setzero_si512();
-            avx512_transpose_bytes(x);
+            avx512_transpose_dwords(x);
             #pragma GCC unroll 16
             for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[k]);
-            for (int L = 0; L < lanes; L++) {
-                const int32_t dim0 = (c * 4 + L) * 32; /* this lane's 32 dims */
+            for (int U = 0; U < units; U++) {
+                const int32_t dim0 = (c * 4 + U) * 32; /* these 4 dword columns: 32 dims */
                 __m512 in[AVX512_MAX_NQ][4];
                 #pragma GCC unroll 8
                 for (int i = 0; i < NQ; i++) in[i][0] = in[i][1] = in[i][2] = in[i][3] = _mm512_setzero_ps();
-                #pragma GCC unroll 16
-                for (int k = 0; k < 16; k++) {
-                    const __m512i xb = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(cols[k] + 16 * L)));
-                    /* int->float conversions here: 3% faster than vpermps through a table, which shares pipes with the unpacks */
-                    const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(xb, _mm512_set1_epi32(15)));
-                    const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(xb, 4));
+                #pragma GCC unroll 4
+                for (int cc = 0; cc < 4; cc++) {
+                    const __m512i xw = _mm512_load_si512(cols[avx512_t16_reg[4 * U + cc]]);
                     #pragma GCC unroll 8
-                    for (int i = 0; i < NQ; i++) {
-                        const float *qi = q + (size_t)i * ldq + dim0 + 2 * k;
-                        in[i][(k & 1) * 2] = _mm512_fmadd_ps(lo, _mm512_set1_ps(qi[0]), in[i][(k & 1) * 2]);
-                        in[i][(k & 1) * 2 + 1] = _mm512_fmadd_ps(hi, _mm512_set1_ps(qi[1]), in[i][(k & 1) * 2 + 1]);
+                    for (int k = 0; k < 8; k++) {
+                        const __m512i sh = k ? _mm512_srli_epi32(xw, 4 * k) : xw;
+                        const __m512 v = _mm512_permutexvar_ps(sh, ctab); /* looks at the low 4 bits only */
+                        #pragma GCC unroll 8
+                        for (int i = 0; i < NQ; i++)
+                            in[i][k & 3] = _mm512_fmadd_ps(v, _mm512_set1_ps(q[(size_t)i * ldq + dim0 + 8 * cc + k]), in[i][k & 3]);
                     }
                 }
                 const __m512 scol = avx512_group_column(sf, ng, t0, dim0 >> gshift, m);
