@@ -24,7 +24,12 @@
 
 #include "cpu_internal.h"
 
-enum { DEFAULT_CHUNK = 512, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16, ITEM_MAX_HEADS = 16, ITEMS_PER_WORKER = 8 };
+/* ITEMS_PER_WORKER: enough items for the pool to even out a slow worker, few enough that item starts (a
+ * cold block, the queries' preparation) and the reduce stay small. q4 decode, 2 threads, 64-token pages,
+ * alternating binaries: 2 per worker against 8 gave 4K 0.23-0.25 ms against 0.24-0.47, 8K 0.46-0.48
+ * against 0.47-0.50, 32K and 128K 1-2% faster; 1 per worker was faster still at 4K but leaves a worker idle
+ * whenever the other is held up. */
+enum { DEFAULT_CHUNK = 512, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16, ITEM_MAX_HEADS = 16, ITEMS_PER_WORKER = 2 };
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
