@@ -9,7 +9,7 @@
  * The kernel author's loop, not a test. Build by hand:
  *   gcc -std=c11 -O2 -I bridge -I native/cpu native/cpu/bench/bench_kernels.c bridge/gokv_core.c \
  *       bridge/gokv_layout.c bridge/gokv_validate.c bridge/gokv_unity.c -lm -lpthread
- * then run with -ghz <clock> -mb <walk size>.
+ * then run with -ghz <clock> -mb <walk size> [-avx2: the AVX2 kernels, peak counted in ymm FMAs].
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -70,9 +70,11 @@ static double walk(const cpu_kernels *k, uint8_t *mem, long n, int mode, int rep
 
 int main(int argc, char **argv) {
     double ghz = 4.1, mb = 160;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-ghz")) ghz = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "-mb")) mb = atof(argv[i + 1]);
+    int avx2 = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-ghz") && i + 1 < argc) ghz = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-mb") && i + 1 < argc) mb = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-avx2")) avx2 = 1, gokv_cpu_set_simd_limit(GOKV_CPU_AVX2); /* the AVX2 kernels here */
     }
     const cpu_kernels *k = cpu_kernels_for_call(0);
     const long n = (long)(mb * 1e6 / BLOCK) > 4 ? (long)(mb * 1e6 / BLOCK) : 4;
@@ -105,7 +107,7 @@ int main(int argc, char **argv) {
         dt = (now() - t0) / (double)iters * 1e9;
         best_v = dt < best_v ? dt : best_v;
     }
-    const double ideal = (double)N * D * NQ / 16.0 / 2.0 / ghz; /* zmm FMAs at 2 per cycle */
+    const double ideal = (double)N * D * NQ / (avx2 ? 8.0 : 16.0) / 2.0 / ghz; /* 2 FMAs per cycle, ymm or zmm */
     printf("q4 kernels, d %d, g %d, %d queries, %d-token block; FMA peak at %.2f GHz: %.0f ns per kernel\n", D, G, NQ,
            N, ghz, ideal);
     printf("in cache: scores %.0f ns (%.0f%% of peak), values %.0f ns (%.0f%%)\n", best_s, 100 * ideal / best_s, best_v,
