@@ -253,6 +253,131 @@ AVX2_INLINE void avx2_accum_rows_impl(const cpu_rows *r, int32_t dv, const float
     }
 }
 
+/* ---- q4 keys with tokens in lanes (see avx512.c): 8 tokens at a time, no horizontal sums, no dequantizing
+ * FMAs. Used when the block's groups can be transposed by shuffles (ng = 1, 2 or 4: d = 128 at any g). ---- */
+
+/* Group j of tokens t0..t0+7 from token-major x[t * ng + j] (x: CPU_BLOCK * AVX2_MAX_NG floats, so the
+ * loads past the block stay inside it); lanes past tn are 0. */
+AVX2_INLINE void avx2_group_columns(const float *x, int32_t ng, int32_t t0, int32_t tn, __m256 *col) {
+    const float *xt = x + (size_t)t0 * ng;
+    const __m256 live = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(tn), _mm256_loadu_si256((const __m256i *)avx2_iota)));
+    if (ng == 1) {
+        col[0] = _mm256_and_ps(_mm256_loadu_ps(xt), live);
+    } else if (ng == 2) { /* pairs (t, g0 g1): even then odd elements, then the 64-bit pieces in order */
+        const __m256 a = _mm256_loadu_ps(xt), b = _mm256_loadu_ps(xt + 8);
+        for (int j = 0; j < 2; j++) {
+            const __m256 e = j ? _mm256_shuffle_ps(a, b, 0xDD) : _mm256_shuffle_ps(a, b, 0x88);
+            col[j] = _mm256_and_ps(_mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)), live);
+        }
+    } else { /* ng == 4: a 4x4 transpose per 128-bit lane gives tokens 0 2 4 6 1 3 5 7; one permute restores them */
+        const __m256 a = _mm256_loadu_ps(xt), b = _mm256_loadu_ps(xt + 8), c = _mm256_loadu_ps(xt + 16),
+                     d = _mm256_loadu_ps(xt + 24);
+        const __m256 lo_ab = _mm256_unpacklo_ps(a, b), hi_ab = _mm256_unpackhi_ps(a, b);
+        const __m256 lo_cd = _mm256_unpacklo_ps(c, d), hi_cd = _mm256_unpackhi_ps(c, d);
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        col[0] = _mm256_and_ps(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(lo_ab, lo_cd, 0x44), order), live);
+        col[1] = _mm256_and_ps(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(lo_ab, lo_cd, 0xEE), order), live);
+        col[2] = _mm256_and_ps(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(hi_ab, hi_cd, 0x44), order), live);
+        col[3] = _mm256_and_ps(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(hi_ab, hi_cd, 0xEE), order), live);
+    }
+}
+
+/* 8x8 transpose of dwords: afterwards lane t of r[c] is dword c of the old r[t]. */
+AVX2_INLINE void avx2_transpose_dwords(__m256i *r) {
+    __m256i t[8], u[8];
+    for (int p = 0; p < 4; p++) t[2 * p] = _mm256_unpacklo_epi32(r[2 * p], r[2 * p + 1]), t[2 * p + 1] = _mm256_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
+    for (int h = 0; h < 2; h++) /* tokens 4h..4h+3: u[4h + c] lane L = their dword 4L + c */
+        for (int c = 0; c < 2; c++) {
+            u[4 * h + 2 * c] = _mm256_unpacklo_epi64(t[4 * h + c], t[4 * h + 2 + c]);
+            u[4 * h + 2 * c + 1] = _mm256_unpackhi_epi64(t[4 * h + c], t[4 * h + 2 + c]);
+        }
+    for (int c = 0; c < 4; c++) r[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20), r[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+}
+
+AVX2_INLINE void avx2_score_q4_lanes(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
+                                     const int NQ, const float *sf, const float *bf, int32_t ng, float *s, size_t lds,
+                                     const cpu_prefetch *pf) {
+    const int32_t rb = d / 2, n = r->n, gshift = __builtin_ctz((unsigned)r->group);
+    const __m256i m15 = _mm256_set1_epi32(15);
+    int32_t cols[8][8] __attribute__((aligned(32)));
+    for (int32_t t0 = 0; t0 < n; t0 += 8) {
+        const int32_t tn = n - t0 < 8 ? n - t0 : 8;
+        cpu_prefetch_slice(pf, t0 / 8, (n + 7) / 8);
+        __m256 scol[4], bcol[4], acc[AVX2_MAX_NQ];
+        avx2_group_columns(sf, ng, t0, tn, scol);
+        avx2_group_columns(bf, ng, t0, tn, bcol);
+#pragma GCC unroll 4
+        for (int i = 0; i < NQ; i++) { /* the biases: b_t,j Σq_j */
+            acc[i] = _mm256_setzero_ps();
+            for (int32_t j = 0; j < ng; j++) acc[i] = _mm256_fmadd_ps(bcol[j], _mm256_set1_ps(qsum[(size_t)i * ng + j]), acc[i]);
+        }
+        for (int32_t c0 = 0; c0 < rb; c0 += 32) { /* 32 bytes of each row: 8 dword columns, 64 dims */
+            const int32_t half = rb - c0 < 32; /* the row's last 16 bytes */
+            __m256i x[8];
+            for (int u = 0; u < 8; u++) {
+                const uint8_t *src = r->codes + (size_t)(t0 + u) * r->row_stride + c0;
+                x[u] = u >= tn ? _mm256_setzero_si256()
+                       : half  ? _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)src), 0)
+                               : _mm256_loadu_si256((const __m256i *)src);
+            }
+            avx2_transpose_dwords(x);
+            for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)cols[c], x[c]);
+            for (int32_t U = 0; U < (half ? 1 : 2); U++) { /* 4 columns: 32 dims, one scale */
+                const int32_t dim0 = c0 * 2 + U * 32;
+                __m256 in[AVX2_MAX_NQ][2];
+#pragma GCC unroll 4
+                for (int i = 0; i < NQ; i++) in[i][0] = in[i][1] = _mm256_setzero_ps();
+                for (int cc = 0; cc < 4; cc++) {
+                    const __m256i xw = _mm256_load_si256((const __m256i *)cols[4 * U + cc]);
+#pragma GCC unroll 8
+                    for (int k = 0; k < 8; k++) {
+                        const __m256i sh = k ? _mm256_srli_epi32(xw, 4 * k) : xw;
+                        const __m256 v = _mm256_cvtepi32_ps(k == 7 ? sh : _mm256_and_si256(sh, m15));
+#pragma GCC unroll 4
+                        for (int i = 0; i < NQ; i++)
+                            in[i][k & 1] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(q + (size_t)i * ldq + dim0 + 8 * cc + k), in[i][k & 1]);
+                    }
+                }
+                const __m256 sc = scol[dim0 >> gshift];
+#pragma GCC unroll 4
+                for (int i = 0; i < NQ; i++) acc[i] = _mm256_fmadd_ps(sc, _mm256_add_ps(in[i][0], in[i][1]), acc[i]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < NQ; i++) {
+            if (tn == 8) {
+                _mm256_storeu_ps(s + (size_t)i * lds + t0, acc[i]);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, acc[i]);
+                avx2_store_partial(s + (size_t)i * lds + t0, tmp, tn);
+            }
+        }
+    }
+}
+
+AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
+                                       int32_t nq, float *s, size_t lds) {
+    const int32_t ng = d / r->group;
+    if (!qsum || !(ng == 1 || ng == 2 || ng == 4)) {
+        avx2_score_rows_impl(r, d, q, ldq, nq, s, lds, CPU_ENC_Q4);
+        return;
+    }
+    float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    float bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    avx2_row_sb(r, ng, sf, bf);
+    for (int32_t i0 = 0; i0 < nq;) {
+        const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
+#define AVX2_SCORE_Q4(N)                                                                                              \
+    avx2_score_q4_lanes(r, d, q + (size_t)i0 * ldq, ldq, qsum + (size_t)i0 * ng, N, sf, bf, ng, s + (size_t)i0 * lds, lds, \
+                        i0 ? NULL : r->pf)
+        CPU_BY_NQ4(AVX2_SCORE_Q4, nc)
+#undef AVX2_SCORE_Q4
+        i0 += nc;
+    }
+}
+
 #define AVX2_ROW_KERNELS(name, enc)                                                                                   \
     AVX2_FN static void avx2_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq,             \
                                                const float *qsum, int32_t nq, float *s, size_t lds) {                \
@@ -266,7 +391,10 @@ AVX2_INLINE void avx2_accum_rows_impl(const cpu_rows *r, int32_t dv, const float
 AVX2_ROW_KERNELS(f32, CPU_ENC_F32)
 AVX2_ROW_KERNELS(f16, CPU_ENC_F16)
 AVX2_ROW_KERNELS(q8, CPU_ENC_Q8)
-AVX2_ROW_KERNELS(q4, CPU_ENC_Q4)
+AVX2_FN static void avx2_accum_rows_q4(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
+                                       size_t ldo) {
+    avx2_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, CPU_ENC_Q4);
+}
 AVX2_ROW_KERNELS(q2, CPU_ENC_Q2)
 
 /* ---- KIVI keys (per channel): tokens in lanes, 16 tokens per piece ---- */
