@@ -360,22 +360,18 @@ AVX2_INLINE void avx2_score_q4_lanes(const cpu_rows *r, int32_t d, const float *
 AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
                                        int32_t nq, float *s, size_t lds) {
     const int32_t ng = d / r->group;
-    if (!qsum || !(ng == 1 || ng == 2 || ng == 4)) {
+    if (!qsum || !(ng == 1 || ng == 2 || ng == 4)) { /* no group sums for the biases, or groups to gather */
         avx2_score_rows_impl(r, d, q, ldq, nq, s, lds, CPU_ENC_Q4);
         return;
     }
     float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
     float bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
     avx2_row_sb(r, ng, sf, bf);
-    for (int32_t i0 = 0; i0 < nq;) {
-        const int32_t nc = nq - i0 >= 4 ? 4 : nq - i0;
 #define AVX2_SCORE_Q4(N)                                                                                              \
     avx2_score_q4_lanes(r, d, q + (size_t)i0 * ldq, ldq, qsum + (size_t)i0 * ng, N, sf, bf, ng, s + (size_t)i0 * lds, lds, \
                         i0 ? NULL : r->pf)
-        CPU_BY_NQ4(AVX2_SCORE_Q4, nc)
+    CPU_EACH_NQ4(AVX2_SCORE_Q4, nq, i0)
 #undef AVX2_SCORE_Q4
-        i0 += nc;
-    }
 }
 
 #define AVX2_ROW_KERNELS(name, enc)                                                                                   \

@@ -530,19 +530,19 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
 
 AVX512_FN static void avx512_score_rows_q4(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
                                            int32_t nq, float *s, size_t lds) {
+    if (!qsum) { /* the lanes kernel needs the query's group sums for the biases; the row kernel does not */
+        avx512_score_rows_impl(r, d, q, ldq, nq, s, lds, CPU_ENC_Q4);
+        return;
+    }
     const int32_t ng = d / r->group;
     float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     float bf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     avx512_row_sb(r, ng, sf, bf);
-    for (int32_t i0 = 0; i0 < nq;) {
-        const int32_t left = nq - i0, nc = left >= 4 ? 4 : left;
 #define AVX512_SCORE_Q4(N)                                                                                            \
     avx512_score_q4_lanes(r, d, q + (size_t)i0 * ldq, ldq, qsum + (size_t)i0 * ng, N, sf, bf, ng, s + (size_t)i0 * lds, lds, \
                           i0 ? NULL : r->pf)
-        CPU_BY_NQ4(AVX512_SCORE_Q4, nc)
+    CPU_EACH_NQ4(AVX512_SCORE_Q4, nq, i0)
 #undef AVX512_SCORE_Q4
-        i0 += nc;
-    }
 }
 
 #define AVX512_ROW_KERNELS(name, enc)                                                                                 \

@@ -142,6 +142,13 @@ static inline void cpu_prefetch_slice(const cpu_prefetch *pf, int32_t part, int3
         CPU_BY_NQ4(CALL, nc)                                                                                       \
     }
 
+/* Runs CALL(N) over the nq queries in chunks of up to 4, with i0 the chunk's first query (in scope of CALL). */
+#define CPU_EACH_NQ4(CALL, nq, i0)                                                                                 \
+    for (int32_t i0 = 0, nc_ = 0; i0 < (nq); i0 += nc_) {                                                         \
+        nc_ = (nq) - i0 >= 4 ? 4 : (nq) - i0;                                                                      \
+        CPU_BY_NQ4(CALL, nc_)                                                                                      \
+    }
+
 /* The table for a SIMD level (GOKV_CPU_*), filled on first use: scalar entries overridden by the level's. */
 const cpu_kernels *cpu_kernels_get(int32_t level);
 
