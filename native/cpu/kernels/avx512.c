@@ -15,7 +15,7 @@
  * Scores: per token, one accumulator per query over the slabs; 16 tokens' accumulators are summed
  * horizontally together by a transpose tree (15 adds for 16 tokens, not 16 full reductions). The tables
  * of 4 tokens are built before their slabs are walked. 4-bit keys are scored with 16 tokens in lanes
- * instead (avx512_score_q4_lanes: transposed bytes, no tables, no horizontal sums).
+ * instead (avx512_score_q4_lanes: rows transposed as dwords, no tables, no horizontal sums).
  * Values: slab-outer, token-inner, so the decoded slab of a token is shared by all the queries and the
  * accumulators (2 per query) stay in registers across the block. Quantized values fold the scale into the
  * weights instead (Σ_t p_t (s_t code_t + b_t) = Σ_t (p_t s_t) code_t + Σ_t p_t b_t, once per group and
@@ -103,6 +103,17 @@ AVX512_INLINE void avx512_slab_table(const uint8_t *row, int32_t k, const int en
     }
 }
 
+/* Slab k of a quantized row as its raw codes (no scale, no bias), in the encoding's lane order: the values
+ * kernel folds the scale into the weights and adds the bias once per group (see avx512_fold_weights). */
+AVX512_INLINE void avx512_slab_codes(const uint8_t *row, int32_t k, const int enc, __m512 *a, __m512 *b) {
+    if (enc == CPU_ENC_Q8) {
+        *a = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32))));
+        *b = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32 + 16))));
+    } else {
+        avx512_slab_table(row, k, enc, _mm512_loadu_ps(enc == CPU_ENC_Q4 ? avx512_lut4_codes : avx512_lut2_codes), a, b);
+    }
+}
+
 /* Slab k of a row, decoded (and dequantized with scale *sp and bias *bp) into a (positions 0..15) and
  * b (16..31) in the encoding's lane order. Plain rows may end inside the slab (d % 32 != 0): masked. */
 AVX512_INLINE void avx512_slab(const uint8_t *row, int32_t k, const int enc, int32_t d, const float *sp, const float *bp,
@@ -130,28 +141,16 @@ AVX512_INLINE void avx512_slab(const uint8_t *row, int32_t k, const int enc, int
         }
         return;
     }
-    case CPU_ENC_Q8: {
+    case CPU_ENC_Q8: { /* the raw codes, then code·s + b */
         const __m512 s = _mm512_set1_ps(*sp), bias = _mm512_set1_ps(*bp);
-        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32)));
-        const __m512i y = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32 + 16)));
-        *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), s, bias);
-        *b = _mm512_fmadd_ps(_mm512_cvtepi32_ps(y), s, bias);
+        avx512_slab_codes(row, k, CPU_ENC_Q8, a, b);
+        *a = _mm512_fmadd_ps(*a, s, bias);
+        *b = _mm512_fmadd_ps(*b, s, bias);
         return;
     }
     default: /* Q4, Q2 */
         avx512_slab_table(row, k, enc, avx512_table(enc, *sp, *bp), a, b);
         return;
-    }
-}
-
-/* Slab k of a quantized row as its raw codes (no scale, no bias), in the encoding's lane order: the values
- * kernel folds the scale into the weights and adds the bias once per group (see avx512_fold_weights). */
-AVX512_INLINE void avx512_slab_codes(const uint8_t *row, int32_t k, const int enc, __m512 *a, __m512 *b) {
-    if (enc == CPU_ENC_Q8) {
-        *a = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32))));
-        *b = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + (size_t)k * 32 + 16))));
-    } else {
-        avx512_slab_table(row, k, enc, _mm512_loadu_ps(enc == CPU_ENC_Q4 ? avx512_lut4_codes : avx512_lut2_codes), a, b);
     }
 }
 
@@ -489,6 +488,8 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
             #pragma GCC unroll 8
             for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[i]);
         }
+        __m512 scol = _mm512_setzero_ps(); /* the scales of group scol_j: one column per group, not per 32 dims */
+        int32_t scol_j = -1;
         for (int32_t c = 0; c < nchunk; c++) {
             const int32_t left = rb - c * 64, units = left >= 64 ? 4 : left / 16;
             const __mmask16 wm = avx512_mask(left / 4);
@@ -517,7 +518,7 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
                             in[i][k & 3] = _mm512_fmadd_ps(v, _mm512_set1_ps(q[(size_t)i * ldq + dim0 + 8 * cc + k]), in[i][k & 3]);
                     }
                 }
-                const __m512 scol = avx512_group_column(sf, ng, t0, dim0 >> gshift, m);
+                if (dim0 >> gshift != scol_j) scol = avx512_group_column(sf, ng, t0, scol_j = dim0 >> gshift, m);
                 #pragma GCC unroll 8
                 for (int i = 0; i < NQ; i++)
                     acc[i] = _mm512_fmadd_ps(scol, _mm512_add_ps(_mm512_add_ps(in[i][0], in[i][1]), _mm512_add_ps(in[i][2], in[i][3])), acc[i]);
@@ -545,23 +546,22 @@ AVX512_FN static void avx512_score_rows_q4(const cpu_rows *r, int32_t d, const f
 #undef AVX512_SCORE_Q4
 }
 
+#define AVX512_ACCUM_KERNEL(name, enc)                                                                                \
+    AVX512_FN static void avx512_accum_rows_##name(const cpu_rows *r, int32_t dv, const float *p, size_t ldp,        \
+                                                   int32_t nq, float *o, size_t ldo) {                               \
+        avx512_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, enc);                                                      \
+    }
 #define AVX512_ROW_KERNELS(name, enc)                                                                                 \
     AVX512_FN static void avx512_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq,         \
                                                    const float *qsum, int32_t nq, float *s, size_t lds) {            \
         (void)qsum; /* the bias is folded into the dequantized slab */                                            \
         avx512_score_rows_impl(r, d, q, ldq, nq, s, lds, enc);                                                       \
     }                                                                                                                \
-    AVX512_FN static void avx512_accum_rows_##name(const cpu_rows *r, int32_t dv, const float *p, size_t ldp,        \
-                                                   int32_t nq, float *o, size_t ldo) {                               \
-        avx512_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, enc);                                                      \
-    }
+    AVX512_ACCUM_KERNEL(name, enc)
 AVX512_ROW_KERNELS(f32, CPU_ENC_F32)
 AVX512_ROW_KERNELS(f16, CPU_ENC_F16)
 AVX512_ROW_KERNELS(q8, CPU_ENC_Q8)
-AVX512_FN static void avx512_accum_rows_q4(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
-                                           size_t ldo) {
-    avx512_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, CPU_ENC_Q4);
-}
+AVX512_ACCUM_KERNEL(q4, CPU_ENC_Q4) /* scores: avx512_score_rows_q4 above */
 AVX512_ROW_KERNELS(q2, CPU_ENC_Q2)
 
 /* ---- KIVI keys (per channel): tokens in lanes, 32 tokens per piece ---- */
