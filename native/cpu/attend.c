@@ -63,6 +63,7 @@ typedef struct attend_ctx {
 /* Per-worker scratch, carved from one block. */
 typedef struct scratch {
     float *q, *qsum, *m, *l, *o, *s;
+    uint8_t *prep; /* the kernel table's q4_prep output */
     int32_t *pos;
 } scratch;
 
@@ -71,7 +72,8 @@ static size_t align_up(size_t x) { return (x + 63u) & ~(size_t)63u; }
 static size_t scratch_size(const gokv_layout *L, int32_t nq) {
     const int32_t ng = L->group ? L->d_k / L->group : 1;
     return align_up((size_t)nq * L->d_k * 4u) + align_up((size_t)nq * ng * 4u) + 2 * align_up((size_t)nq * 4u) +
-           align_up((size_t)nq * L->d_v * 4u) + align_up((size_t)nq * CPU_BLOCK * 4u) + align_up((size_t)nq * 4u);
+           align_up((size_t)nq * L->d_v * 4u) + align_up((size_t)nq * CPU_BLOCK * 4u) + align_up((size_t)nq * 4u) +
+           (size_t)nq * CPU_Q4_PREP_STRIDE(L->d_k);
 }
 
 static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
@@ -83,6 +85,7 @@ static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
     s.l = (float *)base, base += align_up((size_t)nq * 4u);
     s.o = (float *)base, base += align_up((size_t)nq * L->d_v * 4u);
     s.s = (float *)base, base += align_up((size_t)nq * CPU_BLOCK * 4u);
+    s.prep = base, base += (size_t)nq * CPU_Q4_PREP_STRIDE(L->d_k);
     s.pos = (int32_t *)base;
     return s;
 }
@@ -202,7 +205,7 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
     const cpu_kernels *k = c->k;
     if (!b->page) { /* KIVI residual ring: fp16 rows */
         cpu_rows rk = cpu_ring_rows(L, ring, h, 0, b->slot, b->n);
-        k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, nq, sc->s, CPU_BLOCK);
+        k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, NULL, nq, sc->s, CPU_BLOCK);
         mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
         if (softmax_block(c, sc, nq, b->n)) {
             cpu_rows rv = cpu_ring_rows(L, ring, h, 1, b->slot, b->n);
@@ -235,7 +238,8 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
     } else if (pk) {
         rk.pf = pk, rv.pf = pv;
     }
-    k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, nq, sc->s, CPU_BLOCK);
+    k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
+                       CPU_BLOCK);
     mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
     if (softmax_block(c, sc, nq, b->n))
         k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
@@ -341,6 +345,7 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
                     for (int32_t x = j * L->group; x < (j + 1) * L->group; x++) acc += s->q[(size_t)i * dk + x];
                     s->qsum[(size_t)i * ng + j] = acc;
                 }
+            if (c->k->q4_prep && cpu_row_enc(L->format) == CPU_ENC_Q4) c->k->q4_prep(s->q, dk, nq, dk, L->group, s->prep);
         }
     }
     /* walk this chunk of the concatenated visible ranges */

@@ -9,7 +9,8 @@
  * The kernel author's loop, not a test. Build by hand:
  *   gcc -std=c11 -O2 -I bridge -I native/cpu native/cpu/bench/bench_kernels.c bridge/gokv_core.c \
  *       bridge/gokv_layout.c bridge/gokv_validate.c bridge/gokv_unity.c -lm -lpthread
- * then run with -ghz <clock> -mb <walk size> [-avx2: the AVX2 kernels, peak counted in ymm FMAs].
+ * then run with -ghz <clock> -mb <walk size> [-avx2: the AVX2 kernels, peak counted in ymm FMAs]
+ * [-novnni: q4 scores through the fp32 kernel where the table has the VNNI one].
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -36,12 +37,14 @@ static cpu_rows rows(uint8_t *mem, long b, int value) {
 }
 
 static float q[NQ * D], qsum[NQ * NG], s[NQ * N], o[NQ * D];
+static uint8_t prep_buf[NQ * CPU_Q4_PREP_STRIDE(D)] __attribute__((aligned(64)));
+static const void *prep; /* the table's q4_prep output, or NULL (-novnni, or a table without one) */
 
 /* Scores, a cheap stand-in for the softmax, values: block b, with the hints given. */
 static void run_block(const cpu_kernels *k, uint8_t *mem, long b, const cpu_prefetch *pk, const cpu_prefetch *pv) {
     cpu_rows rk = rows(mem, b, 0), rv = rows(mem, b, 1);
     rk.pf = pk, rv.pf = pv;
-    k->score_rows[CPU_ENC_Q4](&rk, D, q, D, qsum, NQ, s, N);
+    k->score_rows[CPU_ENC_Q4](&rk, D, q, D, qsum, prep, NQ, s, N);
     for (int i = 0; i < NQ * N; i++) s[i] *= 1e-3f;
     k->accum_rows[CPU_ENC_Q4](&rv, D, s, N, NQ, o, D);
 }
@@ -70,11 +73,12 @@ static double walk(const cpu_kernels *k, uint8_t *mem, long n, int mode, int rep
 
 int main(int argc, char **argv) {
     double ghz = 4.1, mb = 160;
-    int avx2 = 0;
+    int avx2 = 0, novnni = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-ghz") && i + 1 < argc) ghz = atof(argv[++i]);
         else if (!strcmp(argv[i], "-mb") && i + 1 < argc) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "-avx2")) avx2 = 1, gokv_cpu_set_simd_limit(GOKV_CPU_AVX2); /* the AVX2 kernels here */
+        else if (!strcmp(argv[i], "-novnni")) novnni = 1; /* q4 scores through the fp32 kernel even with VNNI */
     }
     const cpu_kernels *k = cpu_kernels_for_call(0);
     const long n = (long)(mb * 1e6 / BLOCK) > 4 ? (long)(mb * 1e6 / BLOCK) : 4;
@@ -92,6 +96,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NQ * D; i++) q[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     for (int i = 0; i < NQ * NG; i++) /* the group sums of the query, as attend.c passes them */
         for (int c = 0; c < G; c++) qsum[i] += q[(i / NG) * D + (i % NG) * G + c];
+    if (k->q4_prep && !novnni) k->q4_prep(q, D, NQ, D, G, prep_buf), prep = prep_buf;
 
     /* 1. one block, in cache */
     const long iters = 200000;
@@ -99,7 +104,7 @@ int main(int argc, char **argv) {
     const cpu_rows rk = rows(mem, 0, 0), rv = rows(mem, 0, 1);
     for (int r = 0; r < 5; r++) {
         double t0 = now();
-        for (long it = 0; it < iters; it++) k->score_rows[CPU_ENC_Q4](&rk, D, q, D, qsum, NQ, s, N);
+        for (long it = 0; it < iters; it++) k->score_rows[CPU_ENC_Q4](&rk, D, q, D, qsum, prep, NQ, s, N);
         double dt = (now() - t0) / (double)iters * 1e9;
         best_s = dt < best_s ? dt : best_s;
         t0 = now();
@@ -108,8 +113,8 @@ int main(int argc, char **argv) {
         best_v = dt < best_v ? dt : best_v;
     }
     const double ideal = (double)N * D * NQ / (avx2 ? 8.0 : 16.0) / 2.0 / ghz; /* 2 FMAs per cycle, ymm or zmm */
-    printf("q4 kernels, d %d, g %d, %d queries, %d-token block; FMA peak at %.2f GHz: %.0f ns per kernel\n", D, G, NQ,
-           N, ghz, ideal);
+    printf("q4 kernels (scores %s), d %d, g %d, %d queries, %d-token block; FMA peak at %.2f GHz: %.0f ns per kernel\n",
+           prep ? "VNNI" : "fp32", D, G, NQ, N, ghz, ideal);
     printf("in cache: scores %.0f ns (%.0f%% of peak), values %.0f ns (%.0f%%)\n", best_s, 100 * ideal / best_s, best_v,
            100 * ideal / best_v);
 

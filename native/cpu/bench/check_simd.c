@@ -77,13 +77,18 @@ static void check_rows(const cpu_kernels *S, const cpu_kernels *V, const char *l
     if (enc >= CPU_ENC_Q8)
         for (int32_t i = 0; i < nq; i++)
             for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
-    S->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, nq, s0, lds);
-    V->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, nq, s1, lds);
+    /* q4 with a prepared query where the table has q4_prep (VNNI), and again without it (the fp32 kernel) */
+    const int prepared = enc == CPU_ENC_Q4 && V->q4_prep;
+    void *prep = prepared ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
+    if (prepared) V->q4_prep(q, ldq, nq, d, g, prep);
+    S->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, NULL, nq, s0, lds);
+    V->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, prep, nq, s1, lds);
     /* x86 q4 without the group sums falls back to the row kernels (the contract asks for them; defensive) */
     const int no_qsum = enc == CPU_ENC_Q4 && strcmp(lvl, "neon") != 0;
-    float *s2 = malloc(sizeof(float) * lds * nq);
-    if (no_qsum) V->score_rows[enc](&b.r, d, q, ldq, NULL, nq, s2, lds);
-    double worst = 0, worst2 = 0;
+    float *s2 = malloc(sizeof(float) * lds * nq), *s3 = malloc(sizeof(float) * lds * nq);
+    if (no_qsum) V->score_rows[enc](&b.r, d, q, ldq, NULL, NULL, nq, s2, lds);
+    if (prepared) V->score_rows[enc](&b.r, d, q, ldq, qsum, NULL, nq, s3, lds);
+    double worst = 0, worst2 = 0, worst3 = 0;
     for (int32_t t = 0; t < n; t++) {
         S->dequant_row(&b.r, t, d, k);
         float *k1 = malloc(sizeof(float) * d);
@@ -98,6 +103,8 @@ static void check_rows(const cpu_kernels *S, const cpu_kernels *V, const char *l
             worst = err > worst ? err : worst;
             const double err2 = no_qsum ? fabs((double)s0[i * lds + t] - s2[i * lds + t]) / (mag + 1e-30) : 0.0;
             worst2 = err2 > worst2 ? err2 : worst2;
+            const double err3 = prepared ? fabs((double)s0[i * lds + t] - s3[i * lds + t]) / (mag + 1e-30) : 0.0;
+            worst3 = err3 > worst3 ? err3 : worst3;
         }
     }
     snprintf(what, sizeof what, "%s score_rows enc %d g %d n %d nq %d d %d sb %d: rel err %.3g", lvl, enc, g, n, nq, d,
@@ -107,7 +114,11 @@ static void check_rows(const cpu_kernels *S, const cpu_kernels *V, const char *l
         snprintf(what, sizeof what, "%s score_rows q4 without qsum g %d n %d nq %d d %d: rel err %.3g", lvl, g, n, nq, d, worst2);
         expect(worst2 <= 1e-5, what);
     }
-    free(s2);
+    if (prepared) {
+        snprintf(what, sizeof what, "%s score_rows q4 without q4_prep g %d n %d nq %d d %d: rel err %.3g", lvl, g, n, nq, d, worst3);
+        expect(worst3 <= 1e-5, what);
+    }
+    free(s2), free(s3), free(prep);
 
     /* accum: o += p v̂ */
     const size_t ldp = CPU_BLOCK + 1, ldo = d + 7;
@@ -174,6 +185,62 @@ static void check_chan(const cpu_kernels *S, const cpu_kernels *V, const char *l
     snprintf(what, sizeof what, "%s accum_chan bits %d g %d nq %d dv %d: rel err %.3g", lvl, bits, g, nq, dv, worst);
     expect(worst <= 1e-5, what);
     free(codes), free(sc), free(bi), free(q), free(s0), free(s1), free(p), free(o0), free(o1);
+}
+
+/* q4_prep's edges: a query with a 1000x element and a zero group (the error stays within the pieces' bound, which
+ * is per group of the query: Q_j/2 per element), one with a NaN (scores NaN, as the fp32 kernels give), and one
+ * too small to scale (left to the fp32 kernels: fp32 rounding only). */
+static void check_q4_prep(const cpu_kernels *S, const cpu_kernels *V, const char *lvl, int32_t g) {
+    if (!V->q4_prep) return;
+    char what[256];
+    enum { NQ = 4, D = 128, T = 33 };
+    rows_buf b = make_rows(CPU_ENC_Q4, T, D, g, 1);
+    const int32_t ng = D / g;
+    float q[NQ * D], qsum[NQ * D / 32], s0[NQ * T], s1[NQ * T], k[D];
+    void *prep = aligned_alloc(64, (size_t)NQ * CPU_Q4_PREP_STRIDE(D));
+    for (int32_t i = 0; i < NQ * D; i++) q[i] = frand(-1, 1);
+    q[0 * D + 5] = 1000.0f;                                     /* an outlier */
+    for (int32_t c = g; c < 2 * g && ng > 1; c++) q[0 * D + c] = 0.0f; /* a zero group */
+    q[2 * D + 70] = NAN;
+    for (int32_t c = 0; c < D; c++) q[3 * D + c] *= 1e-33f;     /* below 2^-100 */
+    for (int32_t i = 0; i < NQ; i++)
+        for (int32_t j = 0; j < ng; j++) {
+            qsum[i * ng + j] = 0.0f;
+            for (int32_t c = j * g; c < (j + 1) * g; c++) qsum[i * ng + j] += q[i * D + c];
+        }
+    for (int32_t call = 0; call < 3; call++) { /* queries {0, 1}, {2}, {3} */
+        const int32_t i0 = call == 0 ? 0 : call + 1, nq = call == 0 ? 2 : 1;
+        V->q4_prep(q + i0 * D, D, nq, D, g, prep);
+        S->score_rows[CPU_ENC_Q4](&b.r, D, q + i0 * D, D, qsum + i0 * ng, NULL, nq, s0, T);
+        V->score_rows[CPU_ENC_Q4](&b.r, D, q + i0 * D, D, qsum + i0 * ng, prep, nq, s1, T);
+        double worst = 0;
+        int nan_ok = 1;
+        for (int32_t i = 0; i < nq; i++)
+            for (int32_t t = 0; t < T; t++) {
+                S->dequant_row(&b.r, t, D, k);
+                double mag = 0;
+                for (int32_t c = 0; c < D; c++) mag += fabs((double)q[(i0 + i) * D + c] * k[c]);
+                /* the pieces' bound: Q_j/2 per element, Q_j = max_j|q| / 2^20 (fp32 rounding on top) */
+                double bound = 1e-6 * mag;
+                for (int32_t c = 0; call == 0 && c < D; c++) {
+                    float qmax = 0.0f;
+                    for (int32_t x = c / g * g; x < (c / g + 1) * g; x++) qmax = fmaxf(qmax, fabsf(q[(i0 + i) * D + x]));
+                    const uint8_t byte = b.r.codes[t * b.r.row_stride + c / 2];
+                    bound += qmax * 0x1p-21 * ((c & 1 ? byte >> 4 : byte & 15) * gokv_half_to_float(b.r.scale[t * ng + c / g]));
+                }
+                if (call == 1) nan_ok &= isnan(s1[i * T + t]) && isnan(s0[i * T + t]);
+                else {
+                    const double err = fabs((double)s0[i * T + t] - s1[i * T + t]);
+                    worst = err / bound > worst ? err / bound : worst;
+                }
+            }
+        snprintf(what, sizeof what, "%s q4_prep g %d call %d: error %.3g of its bound, NaNs %s", lvl, g, call, worst,
+                 nan_ok ? "as expected" : "wrong");
+        expect(worst <= 1.0 && nan_ok, what);
+        if (getenv("CHECK_VERBOSE")) printf("%s\n", what);
+    }
+    free(prep);
+    free_rows(&b);
 }
 
 /* max: equal to the scalar one (NaN never wins, -inf rows stay -inf), for every length and position */
@@ -325,6 +392,7 @@ int main(void) {
                     check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 576, 512);
                     check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 64, 36);
                 }
+        for (int32_t gi = 0; gi < 3; gi++) check_q4_prep(S, V, lvl, gs[gi]);
         check_max(S, V, lvl);
         check_exp(S, V, lvl);
         printf("%s kernels: %d checks, %d failures so far\n", lvl, checks, failures);

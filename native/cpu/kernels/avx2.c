@@ -358,7 +358,8 @@ AVX2_INLINE void avx2_score_q4_lanes(const cpu_rows *r, int32_t d, const float *
 }
 
 AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
-                                       int32_t nq, float *s, size_t lds) {
+                                       const void *prep, int32_t nq, float *s, size_t lds) {
+    (void)prep;
     const int32_t ng = d / r->group;
     if (!qsum || !(ng == 1 || ng == 2 || ng == 4)) { /* no group sums for the biases, or groups to gather */
         avx2_score_rows_impl(r, d, q, ldq, nq, s, lds, CPU_ENC_Q4);
@@ -381,8 +382,9 @@ AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float
     }
 #define AVX2_ROW_KERNELS(name, enc)                                                                                   \
     AVX2_FN static void avx2_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq,             \
-                                               const float *qsum, int32_t nq, float *s, size_t lds) {                \
-        (void)qsum; /* the bias is folded into the dequantized slab */                                            \
+                                               const float *qsum, const void *prep, int32_t nq, float *s,            \
+                                               size_t lds) {                                                         \
+        (void)qsum, (void)prep; /* the bias is folded into the dequantized slab */                                \
         avx2_score_rows_impl(r, d, q, ldq, nq, s, lds, enc);                                                         \
     }                                                                                                                \
     AVX2_ACCUM_KERNEL(name, enc)

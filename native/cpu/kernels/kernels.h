@@ -53,10 +53,17 @@ typedef struct cpu_chan {
     int32_t g;             /* tokens in the group, <= CPU_BLOCK */
 } cpu_chan;
 
+/* Bytes per query of q4_prep's output (64-byte aligned): a 128-byte header, then 3 int8 pieces per dim. */
+#define CPU_Q4_PREP_STRIDE(d) (((size_t)3 * (size_t)(d) + 128u + 63u) & ~(size_t)63u)
+
 typedef struct cpu_kernels {
-    /* s[i][t] = q_i · k̂_t for the n rows of r (d dims). qsum may be NULL for f32/f16. */
+    /* s[i][t] = q_i · k̂_t for the n rows of r (d dims). qsum may be NULL for f32/f16. prep: q4_prep's output
+     * for these nq queries (q4 only), or NULL; a kernel that reads it computes the same scores without it. */
     void (*score_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
-                                      int32_t nq, float *s, size_t lds);
+                                      const void *prep, int32_t nq, float *s, size_t lds);
+    /* Optional (NULL: this table has none): prepares nq queries once per call for score_rows[CPU_ENC_Q4],
+     * CPU_Q4_PREP_STRIDE(d) bytes each at prep + i * stride (AVX-512 VNNI: each query as int8 pieces). */
+    void (*q4_prep)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
     /* o[i][0..dv) += Σ_t p[i][t] · v̂_t[0..dv) for the n rows of r. */
     void (*accum_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq,
                                       float *o, size_t ldo);

@@ -178,8 +178,8 @@ static inline __attribute__((always_inline)) void neon_accum_rows_impl(const cpu
 
 #define NEON_ROW_KERNELS(name, enc)                                                                                   \
     static void neon_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,  \
-                                       int32_t nq, float *s, size_t lds) {                                           \
-        (void)qsum; /* the bias is folded into the dequantized slab */                                            \
+                                       const void *prep, int32_t nq, float *s, size_t lds) {                         \
+        (void)qsum, (void)prep; /* the bias is folded into the dequantized slab */                                \
         neon_score_rows_impl(r, d, q, ldq, nq, s, lds, enc);                                                         \
     }                                                                                                                \
     static void neon_accum_rows_##name(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq,         \

@@ -29,9 +29,9 @@ static inline float plain_at(const uint8_t *row, int32_t enc, int32_t c) {
     return gokv_half_to_float(h);
 }
 
-static void score_rows_plain(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum, int32_t nq,
-                             float *s, size_t lds) {
-    (void)qsum;
+static void score_rows_plain(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
+                             const void *prep, int32_t nq, float *s, size_t lds) {
+    (void)qsum, (void)prep;
     for (int32_t t = 0; t < r->n; t++) {
         const uint8_t *row = r->codes + (size_t)t * r->row_stride;
         for (int32_t i = 0; i < nq; i++) {
@@ -44,8 +44,9 @@ static void score_rows_plain(const cpu_rows *r, int32_t d, const float *q, size_
 }
 
 /* q·k̂ = Σ_g s_g (q_g · codes_g) + b_g Σ_{c∈g} q_c */
-static void score_rows_quant(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum, int32_t nq,
-                             float *s, size_t lds) {
+static void score_rows_quant(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
+                             const void *prep, int32_t nq, float *s, size_t lds) {
+    (void)prep;
     const int32_t g = r->group, ng = d / g;
     for (int32_t t = 0; t < r->n; t++) {
         const uint8_t *row = r->codes + (size_t)t * r->row_stride;
