@@ -172,6 +172,7 @@ static gokv_status cpu_device_info(void *impl, gokv_device_info *out) {
     const char *extra = "";
 #if defined(__x86_64__)
     if (level >= GOKV_CPU_AVX2) extra = level == GOKV_CPU_AVX512 ? " fma f16c avx2" : " fma f16c";
+    if (level == GOKV_CPU_AVX512 && __builtin_cpu_supports("avx512vnni")) extra = " vnni fma f16c avx2"; /* q4 scores */
 #endif
     snprintf(out->features, sizeof out->features, "%s%s (detected %s)", gokv_cpu_simd_name(level), extra,
              gokv_cpu_simd_name(gokv_cpu_simd_level()));

@@ -15,7 +15,8 @@
  * Scores: per token, one accumulator per query over the slabs; 16 tokens' accumulators are summed
  * horizontally together by a transpose tree (15 adds for 16 tokens, not 16 full reductions). The tables
  * of 4 tokens are built before their slabs are walked. 4-bit keys are scored with 16 tokens in lanes
- * instead (avx512_score_q4_lanes: rows transposed as dwords, no tables, no horizontal sums).
+ * instead (avx512_score_q4_lanes: rows transposed as dwords, no tables, no horizontal sums), and where the
+ * CPU has VNNI by vpdpbusd against the query cut into int8 pieces once per call (avx512_score_q4_vnni).
  * Values: slab-outer, token-inner, so the decoded slab of a token is shared by all the queries and the
  * accumulators (2 per query) stay in registers across the block. Quantized values fold the scale into the
  * weights instead (Σ_t p_t (s_t code_t + b_t) = Σ_t (p_t s_t) code_t + Σ_t p_t b_t, once per group and
@@ -550,17 +551,18 @@ AVX512_FN static void avx512_score_rows_q4(const cpu_rows *r, int32_t d, const f
 /* ---- q4 keys through VNNI (vpdpbusd: 4 byte products summed into each dword, 64 per instruction) ----
  * vpdpbusd runs on the FMA pipes at the FMA rate here (bench_ports), so it pays only through its 4 products
  * per lane against the FMA's 1, and only if the query survives being cut to int8. One int8 piece, or two
- * (score error 3.2e-4), does not; three do: each query is scaled to integers n = q/Q with |n| <= 2^20,
- * Q = max|q| / 2^20, and cut into balanced base-128 digits n = a·2^14 + b·2^7 + c (|a|, |b|, |c| <= 64),
- * an error of at most Q/2 per element, 2^-21 of the largest. Codes are the unsigned operand (0-15).
+ * (score error 3.2e-4), does not; three do: each key group j of a query is scaled to integers n = q/Q_j with
+ * |n| <= 2^20, Q_j = max_j|q| / 2^20, and cut into balanced base-128 digits n = a·2^14 + b·2^7 + c (|a|, |b|,
+ * |c| <= 64), an error of at most Q_j/2 per element, 2^-21 of the group's largest. Codes are the unsigned operand (0-15).
  * Tokens sit in lanes as in avx512_score_q4_lanes: a dword column holds dims 8c..8c+7 of 16 tokens, its
  * low nibbles (dims 8c, +2, +4, +6) and high nibbles (the odd ones) are masked into two byte columns, and each
  * meets a broadcast dword of 4 query pieces. Per group and query the three piece sums combine exactly in
  * int32 ((A<<14) + (B<<7) + C: |A| <= 128·15·64, so < 2^31 for g <= 128), convert once and meet the scale
  * column: q·k̂_t = Σ_g Q_g s_t,g combined_g + Σ_g b_t,g Σq_g. bench_kernels (d 128, 128 tokens, 4 queries), in
- * cache against the FMA lanes kernel: g32 697 -> 634 ns, g64 646 -> 552, g128 673 -> 500 (97% of the FMA
- * peak in fp32-equivalent flops). GCC 12 does not fold the broadcast into vpdpbusd's memory operand (a
- * separate vpbroadcastd per instruction: 553 against 522 ns at g128), hence the asm. */
+ * cache against the FMA lanes kernel: g32 687-694 -> 678-684 ns, g64 642-653 -> 587-597, g128 632-640 -> 524-527
+ * (91% of the FMA peak in fp32 flops); at g32 the per-group work (combine, Q_g, scale column) eats the gain.
+ * GCC 12 does not fold the broadcast into vpdpbusd's memory operand (a separate vpbroadcastd per
+ * instruction: 553 against 522 ns at g128), hence the asm. */
 #define AVX512_VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512vnni")))
 #define AVX512_VNNI_INLINE static inline __attribute__((always_inline)) AVX512_VNNI_FN
 /* acc += Σ_k x.byte[k] (unsigned) · (*p).byte[k] (signed), per dword lane, *p broadcast to every lane */
