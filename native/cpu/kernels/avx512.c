@@ -470,6 +470,33 @@ AVX512_INLINE void avx512_transpose_dwords(__m512i *r) {
     for (int h = 0; h < 8; h++) r[2 * h] = _mm512_shuffle_i32x4(a[h], a[8 + h], 0x88), r[2 * h + 1] = _mm512_shuffle_i32x4(a[h], a[8 + h], 0xDD);
 }
 
+/* Chunk c (64 bytes of each row, left of them still in the row) of the 16 rows from t0, tn of them real and
+ * the rest zero, as dword columns: after it, cols[avx512_t16_reg[k]][t] is dword k of the chunk of row t0+t. */
+AVX512_INLINE void avx512_chunk_columns(const cpu_rows *r, int32_t t0, int32_t tn, int32_t c, int32_t left,
+                                        int32_t cols[16][16]) {
+    const __mmask16 wm = avx512_mask(left / 4);
+    __m512i x[16];
+    #pragma GCC unroll 16
+    for (int u = 0; u < 16; u++)
+        x[u] = u < tn ? _mm512_maskz_loadu_epi32(wm, r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64)
+                      : _mm512_setzero_si512();
+    avx512_transpose_dwords(x);
+    #pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[k]);
+}
+
+/* acc[i] = Σ_j b_t,j Σq_j for the 16 tokens from t0 (m: the real ones): q4 scores start from their biases */
+AVX512_INLINE void avx512_seed_biases(__m512 *acc, const int NQ, const float *bf, int32_t ng, int32_t t0, __mmask16 m,
+                                      const float *qsum) {
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
+    for (int32_t j = 0; j < ng; j++) {
+        const __m512 bcol = avx512_group_column(bf, ng, t0, j, m);
+        #pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[i]);
+    }
+}
+
 AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
                                          const int NQ, const float *sf, const float *bf, int32_t ng, float *s, size_t lds,
                                          const cpu_prefetch *pf) {
@@ -482,26 +509,12 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
         const __mmask16 m = avx512_mask(tn);
         cpu_prefetch_slice(pf, t0 / 16, (n + 15) / 16);
         __m512 acc[AVX512_MAX_NQ];
-        #pragma GCC unroll 8
-        for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
-        for (int32_t j = 0; j < ng; j++) { /* the biases: b_t,j Σq_j */
-            const __m512 bcol = avx512_group_column(bf, ng, t0, j, m);
-            #pragma GCC unroll 8
-            for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[i]);
-        }
+        avx512_seed_biases(acc, NQ, bf, ng, t0, m, qsum);
         __m512 scol = _mm512_setzero_ps(); /* the scales of group scol_j: one column per group, not per 32 dims */
         int32_t scol_j = -1;
         for (int32_t c = 0; c < nchunk; c++) {
             const int32_t left = rb - c * 64, units = left >= 64 ? 4 : left / 16;
-            const __mmask16 wm = avx512_mask(left / 4);
-            __m512i x[16];
-            #pragma GCC unroll 16
-            for (int u = 0; u < 16; u++)
-                x[u] = u < tn ? _mm512_maskz_loadu_epi32(wm, r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64)
-                              : _mm512_setzero_si512();
-            avx512_transpose_dwords(x);
-            #pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[k]);
+            avx512_chunk_columns(r, t0, tn, c, left, cols);
             for (int U = 0; U < units; U++) {
                 const int32_t dim0 = (c * 4 + U) * 32; /* these 4 dword columns: 32 dims */
                 __m512 in[AVX512_MAX_NQ][4];
@@ -623,19 +636,10 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
         const __mmask16 m = avx512_mask(tn);
         cpu_prefetch_slice(pf, t0 / 16, (n + 15) / 16);
         __m512 acc[AVX512_MAX_NQ];
-        #pragma GCC unroll 8
-        for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
+        avx512_seed_biases(acc, NQ, bf, ng, t0, m, qsum);
         for (int32_t c = 0; c < nchunk; c++) {
             const int32_t left = rb - c * 64, ncol = left >= 64 ? 16 : left / 4;
-            const __mmask16 wm = avx512_mask(left / 4);
-            __m512i x[16];
-            #pragma GCC unroll 16
-            for (int u = 0; u < 16; u++)
-                x[u] = u < tn ? _mm512_maskz_loadu_epi32(wm, r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64)
-                              : _mm512_setzero_si512();
-            avx512_transpose_dwords(x);
-            #pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[k]);
+            avx512_chunk_columns(r, t0, tn, c, left, cols);
             for (int32_t k0 = 0; k0 < ncol; k0 += CPG) {
                 __m512i A[AVX512_MAX_NQ][3];
                 #pragma GCC unroll 8
@@ -663,11 +667,6 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
                     acc[i] = _mm512_fmadd_ps(sq, _mm512_cvtepi32_ps(_mm512_add_epi32(ab, A[i][2])), acc[i]);
                 }
             }
-        }
-        for (int32_t j = 0; j < ng; j++) { /* the biases: b_t,j Σq_j */
-            const __m512 bcol = avx512_group_column(bf, ng, t0, j, m);
-            #pragma GCC unroll 8
-            for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[i]);
         }
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) _mm512_mask_storeu_ps(s + (size_t)i * lds + t0, m, acc[i]);
