@@ -155,7 +155,7 @@ static void check_chan(const cpu_kernels *S, const cpu_kernels *V, const char *l
     for (int32_t c = 0; c < d; c++) sc[c] = gokv_float_to_half(frand(0.001f, 0.3f)), bi[c] = gokv_float_to_half(frand(-1, 1));
     cpu_chan ch = {codes, sc, bi, bits, g};
     const size_t ldq = d + 3, lds = CPU_BLOCK + 2, ldp = CPU_BLOCK + 5, ldo = dv + 1;
-    float *q = malloc(sizeof(float) * ldq * nq), *s0 = malloc(sizeof(float) * lds * nq), *s1 = malloc(sizeof(float) * lds * nq);
+    float *q = calloc(ldq * nq, sizeof(float)), *s0 = malloc(sizeof(float) * lds * nq), *s1 = malloc(sizeof(float) * lds * nq);
     for (size_t i = 0; i < ldq * nq; i++) q[i] = frand(-1, 1);
     S->score_chan(&ch, d, q, ldq, nq, s0, lds);
     V->score_chan(&ch, d, q, ldq, nq, s1, lds);
