@@ -1,8 +1,9 @@
 /*
  * check_simd.c: a quick standalone check of the SIMD kernel tables against the scalar one (kernels.h),
  * entry by entry on random data, then of whole gokv_attend calls (SIMD vs FORCE_SCALAR vs the AVX2 cap,
- * and vs a float64 reference over the dequantized K/V of gokv_pool_read). The real tests live in
- * native/cpu/tests; this one is for the kernel author's inner loop. Build by hand:
+ * and vs a float64 reference over the dequantized K/V of gokv_pool_read). ctest runs it too (cpu.check_simd,
+ * native/cpu/tests/CMakeLists.txt): it reaches table entries that no attention call reaches on a given CPU.
+ * Build by hand:
  *   gcc -std=c11 -O2 -I bridge -I native/cpu native/cpu/bench/check_simd.c bridge/gokv_core.c \
  *       bridge/gokv_layout.c bridge/gokv_validate.c bridge/gokv_unity.c -lm -lpthread
  * Exit status 0 when everything agrees.
