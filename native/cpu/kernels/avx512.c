@@ -485,9 +485,13 @@ AVX512_INLINE void avx512_chunk_columns(const cpu_rows *r, int32_t t0, int32_t t
     for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[k]);
 }
 
-/* acc[i] = Σ_j b_t,j Σq_j for the 16 tokens from t0 (m: the real ones): q4 scores start from their biases */
-AVX512_INLINE void avx512_seed_biases(__m512 *acc, const int NQ, const float *bf, int32_t ng, int32_t t0, __mmask16 m,
-                                      const float *qsum) {
+/* The start of the 16 tokens from t0 (of n) in a q4 lanes kernel: asks for their slice of pf, and seeds
+ * acc[i] = Σ_j b_t,j Σq_j (the biases). Returns how many of the 16 are real; *m masks them. */
+AVX512_INLINE int32_t avx512_lanes_start(__m512 *acc, const int NQ, const float *bf, int32_t ng, int32_t t0, int32_t n,
+                                         const float *qsum, const cpu_prefetch *pf, __mmask16 *m_out) {
+    const int32_t tn = n - t0 < 16 ? n - t0 : 16;
+    const __mmask16 m = *m_out = avx512_mask(tn);
+    cpu_prefetch_slice(pf, t0 / 16, (n + 15) / 16);
     #pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
     for (int32_t j = 0; j < ng; j++) {
@@ -495,6 +499,7 @@ AVX512_INLINE void avx512_seed_biases(__m512 *acc, const int NQ, const float *bf
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[i]);
     }
+    return tn;
 }
 
 AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
@@ -505,11 +510,9 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
     const __m512 ctab = _mm512_loadu_ps(avx512_lut4_codes);
     int32_t cols[16][16] __attribute__((aligned(64)));
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
-        const int32_t tn = n - t0 < 16 ? n - t0 : 16;
-        const __mmask16 m = avx512_mask(tn);
-        cpu_prefetch_slice(pf, t0 / 16, (n + 15) / 16);
         __m512 acc[AVX512_MAX_NQ];
-        avx512_seed_biases(acc, NQ, bf, ng, t0, m, qsum);
+        __mmask16 m;
+        const int32_t tn = avx512_lanes_start(acc, NQ, bf, ng, t0, n, qsum, pf, &m);
         __m512 scol = _mm512_setzero_ps(); /* the scales of group scol_j: one column per group, not per 32 dims */
         int32_t scol_j = -1;
         for (int32_t c = 0; c < nchunk; c++) {
@@ -632,11 +635,9 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     int32_t cols[16][16] __attribute__((aligned(64)));
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
-        const int32_t tn = n - t0 < 16 ? n - t0 : 16;
-        const __mmask16 m = avx512_mask(tn);
-        cpu_prefetch_slice(pf, t0 / 16, (n + 15) / 16);
         __m512 acc[AVX512_MAX_NQ];
-        avx512_seed_biases(acc, NQ, bf, ng, t0, m, qsum);
+        __mmask16 m;
+        const int32_t tn = avx512_lanes_start(acc, NQ, bf, ng, t0, n, qsum, pf, &m);
         for (int32_t c = 0; c < nchunk; c++) {
             const int32_t left = rb - c * 64, ncol = left >= 64 ? 16 : left / 4;
             avx512_chunk_columns(r, t0, tn, c, left, cols);
@@ -693,13 +694,10 @@ AVX512_VNNI_FN static void avx512_score_rows_q4_vnni(const cpu_rows *r, int32_t 
 #define AVX512_SCORE_VNNI(N)                                                                                          \
     avx512_score_q4_vnni(r, d, (const uint8_t *)prep + (size_t)i0 * stride, qsum + (size_t)i0 * ng, N, cpg, sf, bf, ng, \
                          s + (size_t)i0 * lds, lds, i0 ? NULL : r->pf)
-    for (int32_t i0 = 0, nc = 0; i0 < nq; i0 += nc) {
-        nc = nq - i0 >= 4 ? 4 : nq - i0;
-        switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
-        case 32: { const int cpg = 4; CPU_BY_NQ4(AVX512_SCORE_VNNI, nc) } break;
-        case 64: { const int cpg = 8; CPU_BY_NQ4(AVX512_SCORE_VNNI, nc) } break;
-        default: { const int cpg = 16; CPU_BY_NQ4(AVX512_SCORE_VNNI, nc) } break;
-        }
+    switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
+    case 32: { const int cpg = 4; CPU_EACH_NQ4(AVX512_SCORE_VNNI, nq, i0) } break;
+    case 64: { const int cpg = 8; CPU_EACH_NQ4(AVX512_SCORE_VNNI, nq, i0) } break;
+    default: { const int cpg = 16; CPU_EACH_NQ4(AVX512_SCORE_VNNI, nq, i0) } break;
     }
 #undef AVX512_SCORE_VNNI
 }
