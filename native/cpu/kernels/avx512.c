@@ -337,6 +337,66 @@ AVX512_INLINE __m512 avx512_group_column(const float *x, int32_t ng, int32_t t0,
     }
 }
 
+/* vpermt2w indices that take groups j and j + 1 (j = 0 here; add j) of 16 tokens out of token-major fp16
+ * with 4 or 2 groups a token: words 0-15 are group j of tokens 0-15, words 16-31 group j + 1. */
+static const uint16_t avx512_half_idx4[32] = {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
+                                              1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61};
+static const uint16_t avx512_half_idx2[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                                              1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
+AVX512_INLINE __mmask32 avx512_mask32(int32_t n) { return n >= 32 ? ~(__mmask32)0 : n <= 0 ? 0 : (((__mmask32)1 << n) - 1); }
+
+/* The fp16 scales or biases h of n tokens (token-major, ng a token, contiguous) as fp32 columns
+ * out[j * CPU_BLOCK + t], lanes past n zero: ng 1, 2 or 4 (d = 128 with g = 128, 64, 32) by word permutes,
+ * others through avx512_group_column. */
+AVX512_INLINE void avx512_half_columns(const uint16_t *h, int32_t n, int32_t ng, float *out) {
+    if (ng != 1 && ng != 2 && ng != 4) {
+        float f[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+        avx512_halves(h, n * ng, f);
+        for (int32_t t0 = 0; t0 < n; t0 += 16)
+            for (int32_t j = 0; j < ng; j++)
+                _mm512_store_ps(out + (size_t)j * CPU_BLOCK + t0, avx512_group_column(f, ng, t0, j, avx512_mask(n - t0)));
+        return;
+    }
+    for (int32_t t0 = 0; t0 < n; t0 += 16) {
+        const int32_t halves = (n - t0 < 16 ? n - t0 : 16) * ng;
+        const uint16_t *ht = h + (size_t)t0 * ng;
+        if (ng == 1) {
+            _mm512_store_ps(out + t0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(avx512_mask(halves), ht)));
+            continue;
+        }
+        const __m512i w0 = _mm512_maskz_loadu_epi16(avx512_mask32(halves), ht);
+        const __m512i w1 = halves > 32 ? _mm512_maskz_loadu_epi16(avx512_mask32(halves - 32), ht + 32) : _mm512_setzero_si512();
+        for (int32_t j = 0; j < ng; j += 2) {
+            const __m512i idx = _mm512_add_epi16(_mm512_loadu_si512(ng == 4 ? avx512_half_idx4 : avx512_half_idx2),
+                                                 _mm512_set1_epi16((short)j));
+            const __m512i pr = _mm512_permutex2var_epi16(w0, idx, w1);
+            _mm512_store_ps(out + (size_t)j * CPU_BLOCK + t0, _mm512_cvtph_ps(_mm512_castsi512_si256(pr)));
+            _mm512_store_ps(out + (size_t)(j + 1) * CPU_BLOCK + t0, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(pr, 1)));
+        }
+    }
+}
+
+/* Scale and bias columns of the n rows, sc[j * CPU_BLOCK + t] = s_t,j (lanes past n zero), so that a lanes
+ * kernel loads a group's 16 tokens at once instead of shuffling them out of token-major rows per use. */
+AVX512_INLINE void avx512_sb_columns(const cpu_rows *r, int32_t ng, float *sc, float *bc) {
+    if (r->sb_stride == (size_t)ng) {
+        avx512_half_columns(r->scale, r->n, ng, sc);
+        avx512_half_columns(r->bias, r->n, ng, bc);
+        return;
+    }
+    float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    float bf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    avx512_row_sb(r, ng, sf, bf);
+    for (int32_t t0 = 0; t0 < r->n; t0 += 16) {
+        const __mmask16 m = avx512_mask(r->n - t0);
+        for (int32_t j = 0; j < ng; j++) {
+            _mm512_store_ps(sc + (size_t)j * CPU_BLOCK + t0, avx512_group_column(sf, ng, t0, j, m));
+            _mm512_store_ps(bc + (size_t)j * CPU_BLOCK + t0, avx512_group_column(bf, ng, t0, j, m));
+        }
+    }
+}
+
 /* The weights of group j for NQ queries: w[i][t] = p[i][t] s_t,j, and bsum[i] = Σ_t p[i][t] b_t,j, so that
  * Σ_t p_t v̂_t = Σ_t w_t code_t + bsum over the group's elements. The scale leaves the token loop, whose
  * codes then decode through a constant table: a per-token table built on the FMA pipes costs the values
@@ -471,18 +531,19 @@ AVX512_INLINE void avx512_transpose_dwords(__m512i *r) {
 }
 
 /* Chunk c (64 bytes of each row, left of them still in the row) of the 16 rows from t0, tn of them real and
- * the rest zero, as dword columns: after it, cols[avx512_t16_reg[k]][t] is dword k of the chunk of row t0+t. */
+ * the rest zero, as dword columns: after it, cols[k][t] is dword k of the chunk of row t0+t. */
 AVX512_INLINE void avx512_chunk_columns(const cpu_rows *r, int32_t t0, int32_t tn, int32_t c, int32_t left,
                                         int32_t cols[16][16]) {
     const __mmask16 wm = avx512_mask(left / 4);
     __m512i x[16];
     #pragma GCC unroll 16
-    for (int u = 0; u < 16; u++)
-        x[u] = u < tn ? _mm512_maskz_loadu_epi32(wm, r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64)
-                      : _mm512_setzero_si512();
+    for (int u = 0; u < 16; u++) {
+        const uint8_t *row = r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64;
+        x[u] = u >= tn ? _mm512_setzero_si512() : left >= 64 ? _mm512_loadu_si512(row) : _mm512_maskz_loadu_epi32(wm, row);
+    }
     avx512_transpose_dwords(x);
     #pragma GCC unroll 16
-    for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[k]);
+    for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[avx512_t16_reg[k]]);
 }
 
 /* The start of the 16 tokens from t0 (of n) in a q4 lanes kernel: asks for their slice of pf, and seeds
@@ -525,7 +586,7 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
                 for (int i = 0; i < NQ; i++) in[i][0] = in[i][1] = in[i][2] = in[i][3] = _mm512_setzero_ps();
                 #pragma GCC unroll 4
                 for (int cc = 0; cc < 4; cc++) {
-                    const __m512i xw = _mm512_load_si512(cols[avx512_t16_reg[4 * U + cc]]);
+                    const __m512i xw = _mm512_load_si512(cols[4 * U + cc]);
                     #pragma GCC unroll 8
                     for (int k = 0; k < 8; k++) {
                         const __m512i sh = k ? _mm512_srli_epi32(xw, 4 * k) : xw;
@@ -585,8 +646,10 @@ AVX512_FN static void avx512_score_rows_q4(const cpu_rows *r, int32_t d, const f
 #define AVX512_DPBUSD_BCAST(acc, x, p) __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*(const int32_t *)(p)))
 
 /* q4_prep's layout for one query: float Q_j per key group j at byte 4j (Q_0 = 0: not prepared, use the fp32
- * kernel), then piece p (a, b, c) at byte 128 + p·d, as d/4 dwords: dword 2c+h holds the piece of dims 8c+h,
- * +2, +4, +6. Each group has its own Q_j = max_j|q| / 2^20, so a large element costs precision in its group only. */
+ * kernel), then from byte 128 six dwords per dword column c of the row (dims 8c..8c+7): for piece p (a, b, c),
+ * dword 6c + 2p holds its int8s of the even dims 8c, +2, +4, +6 and dword 6c + 2p + 1 those of the odd ones.
+ * A column's pieces are then one base and constant offsets in the kernel. Each group has its own
+ * Q_j = max_j|q| / 2^20, so a large element costs precision in its group only. */
 AVX512_VNNI_FN static void avx512_q4_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep) {
     static const uint8_t evens_odds[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
     const __m128i eo = _mm_loadu_si128((const __m128i *)evens_odds);
@@ -620,57 +683,110 @@ AVX512_VNNI_FN static void avx512_q4_prep(const float *q, size_t ldq, int32_t nq
             const __m512i b = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(n1, k64), k127), k64);
             const __m512i a = _mm512_srai_epi32(_mm512_sub_epi32(n1, b), 7);
             const __m512i piece[3] = {a, b, c};
-            for (int p = 0; p < 3; p++)
-                _mm_storeu_si128((__m128i *)(out + 128 + (size_t)p * d + x), _mm_shuffle_epi8(_mm512_cvtepi32_epi8(piece[p]), eo));
+            for (int p = 0; p < 3; p++) {
+                uint8_t bytes[16]; /* dims x.. x+15 as evens, odds of column x/8, then of column x/8 + 1 */
+                _mm_storeu_si128((__m128i *)bytes, _mm_shuffle_epi8(_mm512_cvtepi32_epi8(piece[p]), eo));
+                for (int h = 0; h < 2; h++) memcpy(out + 128 + ((size_t)(x / 8 + h) * 6 + (size_t)p * 2) * 4, bytes + 8 * h, 8);
+            }
         }
     }
 }
 
-/* NQ queries (prep: theirs), CPG dword columns per group (g = 8·CPG <= 128). */
-AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const uint8_t *prep, const float *qsum,
-                                             const int NQ, const int CPG, const float *sf, const float *bf, int32_t ng,
-                                             float *s, size_t lds, const cpu_prefetch *pf) {
-    const int32_t rb = d / 2, nchunk = (rb + 63) / 64, n = r->n; /* groups never straddle a 64-byte chunk */
-    const size_t stride = CPU_Q4_PREP_STRIDE(d);
+/* QB queries (prep: theirs, at stride apart) over TB blocks of 16 tokens from t0, whose dword columns are
+ * cols[b][col] (avx512_chunk_columns), CPG columns per group. Each broadcast dword of pieces meets the TB
+ * blocks: vpdpbusd's broadcast operand takes a load slot, and this core has two a cycle for vector loads (a
+ * zmm load takes both), so one broadcast per vpdpbusd, as the first version had, left the loads and not the
+ * dot products setting the pace. */
+AVX512_VNNI_INLINE void avx512_vnni_tile(int32_t (*cols)[AVX512_MAX_D / 8][16], int32_t ncol, const uint8_t *prep,
+                                          size_t stride, const float *qsum, const int QB, const int TB, const int CPG,
+                                          const float *sc, const float *bc, int32_t ng, int32_t t0, const int32_t *tn,
+                                          float *s, size_t lds) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    int32_t cols[16][16] __attribute__((aligned(64)));
-    for (int32_t t0 = 0; t0 < n; t0 += 16) {
-        __m512 acc[AVX512_MAX_NQ];
-        __mmask16 m;
-        const int32_t tn = avx512_lanes_start(acc, NQ, bf, ng, t0, n, qsum, pf, &m);
-        for (int32_t c = 0; c < nchunk; c++) {
-            const int32_t left = rb - c * 64, ncol = left >= 64 ? 16 : left / 4;
-            avx512_chunk_columns(r, t0, tn, c, left, cols);
-            for (int32_t k0 = 0; k0 < ncol; k0 += CPG) {
-                __m512i A[AVX512_MAX_NQ][3];
-                #pragma GCC unroll 8
-                for (int i = 0; i < NQ; i++) A[i][0] = A[i][1] = A[i][2] = _mm512_setzero_si512();
-                #pragma GCC unroll 16
-                for (int k = 0; k < CPG; k++) {
-                    const int32_t cg = c * 16 + k0 + k; /* the column's index in the row */
-                    const __m512i xw = _mm512_load_si512(cols[avx512_t16_reg[k0 + k]]);
-                    const __m512i lo = _mm512_and_si512(xw, m4), hi = _mm512_and_si512(_mm512_srli_epi32(xw, 4), m4);
-                    #pragma GCC unroll 8
-                    for (int i = 0; i < NQ; i++)
-                        #pragma GCC unroll 3
-                        for (int p = 0; p < 3; p++) {
-                            const int32_t *qp = (const int32_t *)(prep + (size_t)i * stride + 128 + (size_t)p * d) + 2 * cg;
-                            AVX512_DPBUSD_BCAST(A[i][p], lo, qp);
-                            AVX512_DPBUSD_BCAST(A[i][p], hi, qp + 1);
-                        }
-                }
-                const int32_t j = (c * 16 + k0) / CPG;
-                const __m512 scol = avx512_group_column(sf, ng, t0, j, m);
-                #pragma GCC unroll 8
-                for (int i = 0; i < NQ; i++) {
-                    const __m512i ab = _mm512_add_epi32(_mm512_slli_epi32(A[i][0], 14), _mm512_slli_epi32(A[i][1], 7));
-                    const __m512 sq = _mm512_mul_ps(scol, _mm512_set1_ps(((const float *)(prep + (size_t)i * stride))[j]));
-                    acc[i] = _mm512_fmadd_ps(sq, _mm512_cvtepi32_ps(_mm512_add_epi32(ab, A[i][2])), acc[i]);
+    __m512 acc[2][2];
+    #pragma GCC unroll 2
+    for (int b = 0; b < TB; b++)
+        #pragma GCC unroll 2
+        for (int i = 0; i < QB; i++) acc[b][i] = _mm512_setzero_ps();
+    for (int32_t j = 0; j < ng; j++) /* the biases: Σ_j b_t,j Σq_j */
+        #pragma GCC unroll 2
+        for (int b = 0; b < TB; b++) {
+            const __m512 bcol = _mm512_load_ps(bc + (size_t)j * CPU_BLOCK + t0 + 16 * b);
+            #pragma GCC unroll 2
+            for (int i = 0; i < QB; i++) acc[b][i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[b][i]);
+        }
+    for (int32_t k0 = 0, j = 0; k0 < ncol; k0 += CPG, j++) {
+        __m512i A[2][2][3];
+        #pragma GCC unroll 2
+        for (int b = 0; b < TB; b++)
+            #pragma GCC unroll 2
+            for (int i = 0; i < QB; i++) A[b][i][0] = A[b][i][1] = A[b][i][2] = _mm512_setzero_si512();
+        #pragma GCC unroll 16
+        for (int k = 0; k < CPG; k++) {
+            __m512i lo[2], hi[2];
+            #pragma GCC unroll 2
+            for (int b = 0; b < TB; b++) {
+                __m512i xw = _mm512_load_si512(cols[b][k0 + k]);
+                __asm__("" : "+v"(xw)); /* one load: GCC would fold it into both the and and the shift */
+                lo[b] = _mm512_and_si512(xw, m4), hi[b] = _mm512_and_si512(_mm512_srli_epi32(xw, 4), m4);
+            }
+            #pragma GCC unroll 2
+            for (int i = 0; i < QB; i++) {
+                const int32_t *qp = (const int32_t *)(prep + (size_t)i * stride + 128) + (size_t)(k0 + k) * 6;
+                #pragma GCC unroll 3
+                for (int p = 0; p < 3; p++) {
+                    const __m512i wl = _mm512_set1_epi32(qp[2 * p]), wh = _mm512_set1_epi32(qp[2 * p + 1]);
+                    #pragma GCC unroll 2
+                    for (int b = 0; b < TB; b++) {
+                        A[b][i][p] = _mm512_dpbusd_epi32(A[b][i][p], lo[b], wl);
+                        A[b][i][p] = _mm512_dpbusd_epi32(A[b][i][p], hi[b], wh);
+                    }
                 }
             }
         }
-        #pragma GCC unroll 8
-        for (int i = 0; i < NQ; i++) _mm512_mask_storeu_ps(s + (size_t)i * lds + t0, m, acc[i]);
+        #pragma GCC unroll 2
+        for (int b = 0; b < TB; b++) {
+            const __m512 scol = _mm512_load_ps(sc + (size_t)j * CPU_BLOCK + t0 + 16 * b);
+            #pragma GCC unroll 2
+            for (int i = 0; i < QB; i++) {
+                const __m512i ab = _mm512_add_epi32(_mm512_slli_epi32(A[b][i][0], 14), _mm512_slli_epi32(A[b][i][1], 7));
+                const __m512 sq = _mm512_mul_ps(scol, _mm512_set1_ps(((const float *)(prep + (size_t)i * stride))[j]));
+                acc[b][i] = _mm512_fmadd_ps(sq, _mm512_cvtepi32_ps(_mm512_add_epi32(ab, A[b][i][2])), acc[b][i]);
+            }
+        }
+    }
+    #pragma GCC unroll 2
+    for (int b = 0; b < TB; b++)
+        #pragma GCC unroll 2
+        for (int i = 0; i < QB; i++) _mm512_mask_storeu_ps(s + (size_t)i * lds + t0 + 16 * b, avx512_mask(tn[b]), acc[b][i]);
+}
+
+/* nq queries, CPG dword columns per group (g = 8·CPG <= 128): 32 tokens at a time, their rows transposed
+ * once for all the queries, which then go two at a time. */
+AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const uint8_t *prep, const float *qsum,
+                                             int32_t nq, const int CPG, const float *sc, const float *bc, int32_t ng,
+                                             float *s, size_t lds) {
+    const int32_t rb = d / 2, nchunk = (rb + 63) / 64, ncol = rb / 4, n = r->n; /* groups never straddle a chunk */
+    const size_t stride = CPU_Q4_PREP_STRIDE(d);
+    int32_t cols[2][AVX512_MAX_D / 8][16] __attribute__((aligned(64)));
+    for (int32_t t0 = 0; t0 < n; t0 += 32) {
+        int32_t tn[2] = {0, 0};
+        const int TB = n - t0 > 16 ? 2 : 1;
+        for (int b = 0; b < TB; b++) {
+            const int32_t tb = t0 + 16 * b;
+            tn[b] = n - tb < 16 ? n - tb : 16;
+            cpu_prefetch_slice(r->pf, tb / 16, (n + 15) / 16);
+            for (int32_t c = 0; c < nchunk; c++)
+                avx512_chunk_columns(r, tb, tn[b], c, rb - c * 64, (int32_t (*)[16])cols[b][c * 16]);
+        }
+        for (int32_t i0 = 0; i0 < nq; i0 += 2) {
+            const uint8_t *pi = prep + (size_t)i0 * stride;
+            const float *qi = qsum + (size_t)i0 * ng;
+            float *si = s + (size_t)i0 * lds;
+            if (nq - i0 >= 2 && TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 2, CPG, sc, bc, ng, t0, tn, si, lds);
+            else if (nq - i0 >= 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 1, CPG, sc, bc, ng, t0, tn, si, lds);
+            else if (TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 2, CPG, sc, bc, ng, t0, tn, si, lds);
+            else avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 1, CPG, sc, bc, ng, t0, tn, si, lds);
+        }
     }
 }
 
@@ -688,18 +804,15 @@ AVX512_VNNI_FN static void avx512_score_rows_q4_vnni(const cpu_rows *r, int32_t 
         avx512_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
         return;
     }
-    float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
-    float bf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
-    avx512_row_sb(r, ng, sf, bf);
-#define AVX512_SCORE_VNNI(N)                                                                                          \
-    avx512_score_q4_vnni(r, d, (const uint8_t *)prep + (size_t)i0 * stride, qsum + (size_t)i0 * ng, N, cpg, sf, bf, ng, \
-                         s + (size_t)i0 * lds, lds, i0 ? NULL : r->pf)
+    float sc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    float bc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    avx512_sb_columns(r, ng, sc, bc);
+    const uint8_t *pp = prep;
     switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
-    case 32: { const int cpg = 4; CPU_EACH_NQ4(AVX512_SCORE_VNNI, nq, i0) } break;
-    case 64: { const int cpg = 8; CPU_EACH_NQ4(AVX512_SCORE_VNNI, nq, i0) } break;
-    default: { const int cpg = 16; CPU_EACH_NQ4(AVX512_SCORE_VNNI, nq, i0) } break;
+    case 32: avx512_score_q4_vnni(r, d, pp, qsum, nq, 4, sc, bc, ng, s, lds); break;
+    case 64: avx512_score_q4_vnni(r, d, pp, qsum, nq, 8, sc, bc, ng, s, lds); break;
+    default: avx512_score_q4_vnni(r, d, pp, qsum, nq, 16, sc, bc, ng, s, lds); break;
     }
-#undef AVX512_SCORE_VNNI
 }
 
 #define AVX512_ACCUM_KERNEL(name, enc)                                                                                \
