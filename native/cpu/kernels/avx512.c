@@ -401,14 +401,14 @@ AVX512_INLINE void avx512_sb_columns(const cpu_rows *r, int32_t ng, float *sc, f
  * Σ_t p_t v̂_t = Σ_t w_t code_t + bsum over the group's elements. The scale leaves the token loop, whose
  * codes then decode through a constant table: a per-token table built on the FMA pipes costs the values
  * kernel about a fifth of its speed (bench_kernels: 95% of the FMA peak with constant tables, 72% without). */
-AVX512_INLINE void avx512_fold_weights(const float *p, size_t ldp, const int NQ, int32_t n, const float *sf,
-                                       const float *bf, int32_t ng, int32_t j, float *w, float *bsum) {
+AVX512_INLINE void avx512_fold_weights(const float *p, size_t ldp, const int NQ, int32_t n, const float *sc,
+                                       const float *bc, int32_t j, float *w, float *bsum) {
     __m512 bacc[AVX512_MAX_NQ];
     #pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) bacc[i] = _mm512_setzero_ps();
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
         const __mmask16 m = avx512_mask(n - t0);
-        const __m512 sv = avx512_group_column(sf, ng, t0, j, m), bv = avx512_group_column(bf, ng, t0, j, m);
+        const __m512 sv = _mm512_load_ps(sc + (size_t)j * CPU_BLOCK + t0), bv = _mm512_load_ps(bc + (size_t)j * CPU_BLOCK + t0);
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) {
             const __m512 pv = _mm512_maskz_loadu_ps(m, p + (size_t)i * ldp + t0);
@@ -421,7 +421,7 @@ AVX512_INLINE void avx512_fold_weights(const float *p, size_t ldp, const int NQ,
 }
 
 AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, const int NQ,
-                                     const int enc, const float *sf, const float *bf, int32_t ng, float *o, size_t ldo,
+                                     const int enc, const float *sc, const float *bc, float *o, size_t ldo,
                                      const cpu_prefetch *pf) {
     const int32_t nslab = (dv + 31) / 32, n = r->n, pieces = (n + 31) / 32; /* prefetch slices per slab */
     const int quant = enc >= CPU_ENC_Q8;
@@ -435,7 +435,7 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
     enum { U = 2 };
     for (int32_t k = 0; k < nslab; k++) {
         const int32_t j = k >> gshift;
-        if (quant && (k == 0 || j != (k - 1) >> gshift)) avx512_fold_weights(p, ldp, NQ, n, sf, bf, ng, j, wbuf, bsum);
+        if (quant && (k == 0 || j != (k - 1) >> gshift)) avx512_fold_weights(p, ldp, NQ, n, sc, bc, j, wbuf, bsum);
         __m512 acc_a[U][AVX512_MAX_NQ], acc_b[U][AVX512_MAX_NQ];
         #pragma GCC unroll 8
         for (int u = 0; u < U; u++)
@@ -482,15 +482,14 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
 
 AVX512_INLINE void avx512_accum_rows_impl(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
                                           size_t ldo, const int enc) {
-    const int32_t ng = enc >= CPU_ENC_Q8 ? dv / r->group : 0;
-    float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
-    float bf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
-    if (enc >= CPU_ENC_Q8) avx512_row_sb(r, ng, sf, bf);
+    float sc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    float bc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    if (enc >= CPU_ENC_Q8) avx512_sb_columns(r, dv / r->group, sc, bc);
     for (int32_t i0 = 0; i0 < nq;) {
         const int32_t left = nq - i0, nc = left >= 8 ? 8 : left >= 4 ? 4 : left;
         const float *pi = p + (size_t)i0 * ldp;
         float *oi = o + (size_t)i0 * ldo;
-#define AVX512_ACCUM_ROWS(N) avx512_accum_core(r, dv, pi, ldp, N, enc, sf, bf, ng, oi, ldo, i0 ? NULL : r->pf)
+#define AVX512_ACCUM_ROWS(N) avx512_accum_core(r, dv, pi, ldp, N, enc, sc, bc, oi, ldo, i0 ? NULL : r->pf)
         CPU_BY_NQ8(AVX512_ACCUM_ROWS, nc)
 #undef AVX512_ACCUM_ROWS
         i0 += nc;
