@@ -629,20 +629,21 @@ AVX512_FN static void avx512_score_rows_q4(const cpu_rows *r, int32_t d, const f
  * per lane against the FMA's 1, and only if the query survives being cut to int8. One int8 piece, or two
  * (score error 3.2e-4), does not; three do: each key group j of a query is scaled to integers n = q/Q_j with
  * |n| <= 2^20, Q_j = max_j|q| / 2^20, and cut into balanced base-128 digits n = a·2^14 + b·2^7 + c (|a|, |b|,
- * |c| <= 64), an error of at most Q_j/2 per element, 2^-21 of the group's largest. Codes are the unsigned operand (0-15).
- * Tokens sit in lanes as in avx512_score_q4_lanes: a dword column holds dims 8c..8c+7 of 16 tokens, its
- * low nibbles (dims 8c, +2, +4, +6) and high nibbles (the odd ones) are masked into two byte columns, and each
- * meets a broadcast dword of 4 query pieces. Per group and query the three piece sums combine exactly in
- * int32 ((A<<14) + (B<<7) + C: |A| <= 128·15·64, so < 2^31 for g <= 128), convert once and meet the scale
- * column: q·k̂_t = Σ_g Q_g s_t,g combined_g + Σ_g b_t,g Σq_g. bench_kernels (d 128, 128 tokens, 4 queries), in
- * cache against the FMA lanes kernel: g32 687-694 -> 678-684 ns, g64 642-653 -> 587-597, g128 632-640 -> 524-527
- * (91% of the FMA peak in fp32 flops); at g32 the per-group work (combine, Q_g, scale column) eats the gain.
- * GCC 12 does not fold the broadcast into vpdpbusd's memory operand (a separate vpbroadcastd per
- * instruction: 553 against 522 ns at g128), hence the asm. */
+ * |c| <= 64), an error of at most Q_j/2 per element, 2^-21 of the group's largest. Codes are the unsigned
+ * operand (0-15). Tokens sit in lanes as in avx512_score_q4_lanes: a dword column holds dims 8c..8c+7 of 16
+ * tokens, its low nibbles (dims 8c, +2, +4, +6) and high nibbles (the odd ones) are masked into two byte
+ * columns, and each meets a broadcast dword of 4 query pieces. Per group and query the three piece sums
+ * combine exactly in int32 ((A<<14) + (B<<7) + C: |A| <= 128·15·64, so < 2^31 for g <= 128), convert once
+ * and meet the scale column: q·k̂_t = Σ_g Q_g s_t,g combined_g + Σ_g b_t,g Σq_g.
+ * What sets the pace is loads, not dot products: this core (Zen 5) has two vector-load slots a cycle (a
+ * zmm load takes both), and a broadcast operand takes one, so one broadcast per vpdpbusd held the kernel
+ * to the load rate with everything else on top. Each broadcast dword now meets two 16-token blocks (two
+ * queries at a time, so the accumulators fit), and the scale and bias columns are one load each.
+ * bench_kernels (d 128, 128 tokens, 4 queries, g32, in cache): 665 ns with a broadcast per vpdpbusd, 534
+ * with the two blocks; 89% of the FMA peak counted in fp32 flops, and 350 ns, the vpdpbusd rate, without
+ * the transpose, the combine, the bias seeds and the scale columns (timing only). */
 #define AVX512_VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512vnni")))
 #define AVX512_VNNI_INLINE static inline __attribute__((always_inline)) AVX512_VNNI_FN
-/* acc += Σ_k x.byte[k] (unsigned) · (*p).byte[k] (signed), per dword lane, *p broadcast to every lane */
-#define AVX512_DPBUSD_BCAST(acc, x, p) __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*(const int32_t *)(p)))
 
 /* q4_prep's layout for one query: float Q_j per key group j at byte 4j (Q_0 = 0: not prepared, use the fp32
  * kernel), then from byte 128 six dwords per dword column c of the row (dims 8c..8c+7): for piece p (a, b, c),
@@ -692,10 +693,10 @@ AVX512_VNNI_FN static void avx512_q4_prep(const float *q, size_t ldq, int32_t nq
 }
 
 /* QB queries (prep: theirs, at stride apart) over TB blocks of 16 tokens from t0, whose dword columns are
- * cols[b][col] (avx512_chunk_columns), CPG columns per group. Each broadcast dword of pieces meets the TB
- * blocks: vpdpbusd's broadcast operand takes a load slot, and this core has two a cycle for vector loads (a
- * zmm load takes both), so one broadcast per vpdpbusd, as the first version had, left the loads and not the
- * dot products setting the pace. */
+ * cols[b][col] (avx512_chunk_columns), CPG columns per group: each broadcast dword of pieces meets the TB
+ * blocks (the load slots, above). The accumulators are reset per group, inside a fully unrolled column
+ * loop: carried across a loop that is not unrolled, GCC 12 copies vpdpbusd accumulators back and forth
+ * (two zmm moves per instruction). */
 AVX512_VNNI_INLINE void avx512_vnni_tile(int32_t (*cols)[AVX512_MAX_D / 8][16], int32_t ncol, const uint8_t *prep,
                                           size_t stride, const float *qsum, const int QB, const int TB, const int CPG,
                                           const float *sc, const float *bc, int32_t ng, int32_t t0, const int32_t *tn,
