@@ -346,18 +346,16 @@ static const uint16_t avx512_half_idx2[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
 
 AVX512_INLINE __mmask32 avx512_mask32(int32_t n) { return n >= 32 ? ~(__mmask32)0 : n <= 0 ? 0 : (((__mmask32)1 << n) - 1); }
 
-/* The fp16 scales or biases h of n tokens (token-major, ng a token, contiguous) as fp32 columns
- * out[j * CPU_BLOCK + t], lanes past n zero: ng 1, 2 or 4 (d = 128 with g = 128, 64, 32) by word permutes,
- * others through avx512_group_column. */
+/* Token-major fp32 x[t * ng + j] of n tokens as columns out[j * CPU_BLOCK + t], lanes past n zero. */
+AVX512_INLINE void avx512_float_columns(const float *x, int32_t n, int32_t ng, float *out) {
+    for (int32_t t0 = 0; t0 < n; t0 += 16)
+        for (int32_t j = 0; j < ng; j++)
+            _mm512_store_ps(out + (size_t)j * CPU_BLOCK + t0, avx512_group_column(x, ng, t0, j, avx512_mask(n - t0)));
+}
+
+/* The same from the fp16 h (token-major, contiguous) for ng 1, 2 or 4 (d = 128 with g = 128, 64, 32): 16
+ * tokens are ng x 16 halves, up to two zmm, and each vpermt2w takes two groups' 16 halves out of them. */
 AVX512_INLINE void avx512_half_columns(const uint16_t *h, int32_t n, int32_t ng, float *out) {
-    if (ng != 1 && ng != 2 && ng != 4) {
-        float f[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
-        avx512_halves(h, n * ng, f);
-        for (int32_t t0 = 0; t0 < n; t0 += 16)
-            for (int32_t j = 0; j < ng; j++)
-                _mm512_store_ps(out + (size_t)j * CPU_BLOCK + t0, avx512_group_column(f, ng, t0, j, avx512_mask(n - t0)));
-        return;
-    }
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
         const int32_t halves = (n - t0 < 16 ? n - t0 : 16) * ng;
         const uint16_t *ht = h + (size_t)t0 * ng;
@@ -380,7 +378,7 @@ AVX512_INLINE void avx512_half_columns(const uint16_t *h, int32_t n, int32_t ng,
 /* Scale and bias columns of the n rows, sc[j * CPU_BLOCK + t] = s_t,j (lanes past n zero), so that a lanes
  * kernel loads a group's 16 tokens at once instead of shuffling them out of token-major rows per use. */
 AVX512_INLINE void avx512_sb_columns(const cpu_rows *r, int32_t ng, float *sc, float *bc) {
-    if (r->sb_stride == (size_t)ng) {
+    if (r->sb_stride == (size_t)ng && (ng == 1 || ng == 2 || ng == 4)) {
         avx512_half_columns(r->scale, r->n, ng, sc);
         avx512_half_columns(r->bias, r->n, ng, bc);
         return;
@@ -388,13 +386,8 @@ AVX512_INLINE void avx512_sb_columns(const cpu_rows *r, int32_t ng, float *sc, f
     float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     float bf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     avx512_row_sb(r, ng, sf, bf);
-    for (int32_t t0 = 0; t0 < r->n; t0 += 16) {
-        const __mmask16 m = avx512_mask(r->n - t0);
-        for (int32_t j = 0; j < ng; j++) {
-            _mm512_store_ps(sc + (size_t)j * CPU_BLOCK + t0, avx512_group_column(sf, ng, t0, j, m));
-            _mm512_store_ps(bc + (size_t)j * CPU_BLOCK + t0, avx512_group_column(bf, ng, t0, j, m));
-        }
-    }
+    avx512_float_columns(sf, r->n, ng, sc);
+    avx512_float_columns(bf, r->n, ng, bc);
 }
 
 /* The weights of group j for NQ queries: w[i][t] = p[i][t] s_t,j, and bsum[i] = Σ_t p[i][t] b_t,j, so that
@@ -762,11 +755,12 @@ AVX512_VNNI_INLINE void avx512_vnni_tile(int32_t (*cols)[AVX512_MAX_D / 8][16], 
 
 /* nq queries, CPG dword columns per group (g = 8·CPG <= 128): 32 tokens at a time, their rows transposed
  * once for all the queries, which then go two at a time. */
-AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const uint8_t *prep, const float *qsum,
+AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const void *prep_, const float *qsum,
                                              int32_t nq, const int CPG, const float *sc, const float *bc, int32_t ng,
                                              float *s, size_t lds) {
     const int32_t rb = d / 2, nchunk = (rb + 63) / 64, ncol = rb / 4, n = r->n; /* groups never straddle a chunk */
     const size_t stride = CPU_Q4_PREP_STRIDE(d);
+    const uint8_t *prep = prep_;
     int32_t cols[2][AVX512_MAX_D / 8][16] __attribute__((aligned(64)));
     for (int32_t t0 = 0; t0 < n; t0 += 32) {
         int32_t tn[2] = {0, 0};
@@ -807,11 +801,10 @@ AVX512_VNNI_FN static void avx512_score_rows_q4_vnni(const cpu_rows *r, int32_t 
     float sc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     float bc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     avx512_sb_columns(r, ng, sc, bc);
-    const uint8_t *pp = prep;
     switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
-    case 32: avx512_score_q4_vnni(r, d, pp, qsum, nq, 4, sc, bc, ng, s, lds); break;
-    case 64: avx512_score_q4_vnni(r, d, pp, qsum, nq, 8, sc, bc, ng, s, lds); break;
-    default: avx512_score_q4_vnni(r, d, pp, qsum, nq, 16, sc, bc, ng, s, lds); break;
+    case 32: avx512_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds); break;
+    case 64: avx512_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds); break;
+    default: avx512_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds); break;
     }
 }
 
