@@ -13,9 +13,11 @@
  *     M = max(max_c m_c, σ),   out = Σ_c e^(m_c - M) o_c / (Σ_c e^(m_c - M) l_c + e^(σ - M)).
  * A tile with a single chunk finalizes in place. Decode rows (and short prefills of <= 16 rows) are split;
  * longer prefills have parallelism enough in their tiles and use one chunk each.
- * Inside an item, tokens are walked in blocks that never cross a page (or a KIVI key group, or the end of
- * the residual ring); each block is scored by the kernel table, masked per query position, exponentiated,
- * and its values accumulated by the kernel table: no dequantized K or V is ever stored.
+ * Inside an item, tokens are walked in blocks of up to CPU_BLOCK tokens: per-token formats' blocks run to the
+ * end of a page and on through the next one when it is present (page_block), KIVI blocks are one key group,
+ * and ring blocks stop at the ring's end; each block is scored by the kernel table, masked per query
+ * position, exponentiated, and its values accumulated by the kernel table: no dequantized K or V is ever
+ * stored.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -154,13 +156,56 @@ static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int
     return any;
 }
 
+/* One block of tokens [base, base + n), the same for every kv head of an item: where it lives. */
+typedef struct block {
+    int32_t base, n;
+    int32_t lo, hi;       /* the tokens of the block that may be seen (others are masked) */
+    int32_t next;         /* first token of the next block (for prefetching), >= hi of the range when none */
+    const uint8_t *page;  /* NULL: ring rows */
+    int32_t slot;         /* first slot in the page (KIVI: the key group's first slot), or ring row */
+    const uint8_t *page2; /* per-token formats: the next page, holding tokens [base + n1, base + n); else NULL */
+    int32_t n1;           /* tokens in the first page */
+} block;
+
+/* The block of a per-token format from token t (whose page is present) to at most hi: to the end of t's
+ * page, and on through the next page when that end is a multiple of CPU_RUN_ALIGN tokens from t and the
+ * next page is present, CPU_BLOCK tokens at most. With 64-token pages a kernel call then covers 128 tokens,
+ * as with 128-token pages (bench_decode, q4, 2 threads: 64-token pages took 5-8% longer than 128-token ones
+ * at 4K-128K before blocks spanned pages). */
+static block page_block(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t t, int32_t lo, int32_t hi) {
+    const int32_t P = L->page_size, slot = t % P, page_end = t - slot + P;
+    int32_t n = hi - t;
+    n = n < page_end - t ? n : page_end - t;
+    n = n < CPU_BLOCK ? n : CPU_BLOCK;
+    block b = {t, n, lo, hi, t + n, cpu_page(pool, L, ids[t / P]), slot, NULL, n};
+    if (t + n == page_end && page_end < hi && n % CPU_RUN_ALIGN == 0 && n < CPU_BLOCK && ids[page_end / P] >= 0) {
+        int32_t n2 = hi - page_end;
+        n2 = n2 < P ? n2 : P;
+        n2 = n2 < CPU_BLOCK - n ? n2 : CPU_BLOCK - n;
+        b.page2 = cpu_page(pool, L, ids[page_end / P]);
+        b.n += n2;
+        b.next += n2;
+    }
+    return b;
+}
+
+/* The rows of kv head h's keys (value 0) or values (1) in block b (per-token formats). */
+static cpu_rows block_rows(const gokv_layout *L, const block *b, int32_t h, int32_t value) {
+    cpu_rows r = cpu_page_rows(L, b->page, h, value, b->slot, b->n1);
+    if (b->page2) {
+        const cpu_rows r2 = cpu_page_rows(L, b->page2, h, value, 0, b->n - b->n1);
+        cpu_rows_join(&r, &r2);
+    }
+    return r;
+}
+
 /* Software prefetch. Each (block, kv head) asks for the next one in walk order (its ~20 KB of codes,
  * scales and biases at d = 128, q4): the hardware prefetchers follow a page's head blocks, but they restart
  * at every page and item. The SIMD kernels spread the request over their arithmetic (cpu_prefetch): asked
  * for at once, its ~300 lines stall the kernel's own loads. bench_kernels on a 2-core Zen 5, q4 blocks
  * walked from DRAM: 1.77x the in-cache time asked for at once, 1.11x spread (1.93x with no prefetch). */
 static void prefetch_now(const cpu_prefetch *pf) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < CPU_PREFETCH_REGIONS; i++)
         if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
 }
 
@@ -180,23 +225,13 @@ static int next_rows(const gokv_layout *L, const cpu_pool *pool, const int32_t *
         cpu_prefetch_bytes(ch.bias, (size_t)L->d_k * 2u);
         return 0;
     }
-    int32_t n = hi - t < P - slot ? hi - t : P - slot;
-    n = n < CPU_BLOCK ? n : CPU_BLOCK;
-    const cpu_rows rk = cpu_page_rows(L, page, h, 0, slot, n), rv = cpu_page_rows(L, page, h, 1, slot, n);
+    const block b = page_block(L, pool, ids, t, t, hi);
+    const cpu_rows rk = block_rows(L, &b, h, 0), rv = block_rows(L, &b, h, 1);
     *pk = cpu_rows_prefetch(&rk);
     *pv = cpu_rows_prefetch(&rv);
-    if (L->v_is_k_prefix) pv->n[0] = pv->n[1] = pv->n[2] = 0; /* the keys already */
+    if (L->v_is_k_prefix) memset(pv->n, 0, sizeof pv->n); /* the keys already */
     return 1;
 }
-
-/* One block of tokens [base, base + n), the same for every kv head of an item: where it lives. */
-typedef struct block {
-    int32_t base, n;
-    int32_t lo, hi;      /* the tokens of the block that may be seen (others are masked) */
-    int32_t next;        /* first token of the next block (for prefetching), >= hi of the range when none */
-    const uint8_t *page; /* NULL: ring rows */
-    int32_t slot;        /* first slot in the page (KIVI: the key group's first slot), or ring row */
-} block;
 
 /* Scores, masks and accumulates block b for kv head h into its scratch. */
 static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
@@ -231,7 +266,7 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
         return;
     }
     const int32_t enc = cpu_row_enc(L->format);
-    cpu_rows rk = cpu_page_rows(L, b->page, h, 0, b->slot, b->n), rv = cpu_page_rows(L, b->page, h, 1, b->slot, b->n);
+    cpu_rows rk = block_rows(L, b, h, 0), rv = block_rows(L, b, h, 1);
     if (pk && !k->spreads_prefetch) { /* this table's kernels ignore hints: ask for it all now */
         prefetch_now(pk);
         prefetch_now(pv);
@@ -247,8 +282,8 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
         prefetch_now(rv.pf);
 }
 
-/* Walks the tokens [lo, hi) of one sequence in blocks that never cross a page (or a KIVI key group, or the
- * end of the ring), and each block for every kv head of the item (sc[i] is head it->kvh + i's scratch). */
+/* Walks the tokens [lo, hi) of one sequence in blocks (page_block; a KIVI key group; ring rows up to the
+ * ring's end), and each block for every kv head of the item (sc[i] is head it->kvh + i's scratch). */
 static void attend_range(const attend_ctx *c, const work_item *it, const scratch *sc, int32_t nq, int32_t lo, int32_t hi) {
     const gokv_attend_desc *d = c->d;
     const gokv_layout *L = c->L;
@@ -272,17 +307,14 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
             n = n < L->ring_rows - r ? n : L->ring_rows - r;
             n = n < CPU_BLOCK ? n : CPU_BLOCK;
             n = n < page_end - t ? n : page_end - t;
-            b = (block){t, n, lo, hi, t + n, NULL, r};
+            b = (block){t, n, lo, hi, t + n, NULL, r, NULL, n};
         } else if (L->kivi) {
             const int32_t base = t - slot % L->group;
             const int32_t block_hi = base + L->group < n_quant ? base + L->group : n_quant; /* ring tokens from the ring */
             const int32_t end = block_hi < hi ? block_hi : hi;
-            b = (block){base, L->group, t, end, end, cpu_page(c->pool, L, id), slot - slot % L->group};
+            b = (block){base, L->group, t, end, end, cpu_page(c->pool, L, id), slot - slot % L->group, NULL, L->group};
         } else {
-            int32_t n = hi - t;
-            n = n < page_end - t ? n : page_end - t;
-            n = n < CPU_BLOCK ? n : CPU_BLOCK;
-            b = (block){t, n, lo, hi, t + n, cpu_page(c->pool, L, id), slot};
+            b = page_block(L, c->pool, ids, t, lo, hi);
             cpu_prefetch pk, pv;
             if (t == lo && next_rows(L, c->pool, ids, it->kvh, t, hi, n_quant, &pk, &pv)) {
                 prefetch_now(&pk); /* later blocks are asked for by their predecessor */

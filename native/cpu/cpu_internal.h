@@ -74,13 +74,36 @@ static inline cpu_rows cpu_page_rows(const gokv_layout *L, const uint8_t *page, 
     r.enc = cpu_row_enc(L->format);
     r.group = L->group;
     r.pf = NULL;
+    r.codes2 = NULL;
+    r.scale2 = r.bias2 = NULL;
+    r.n1 = n;
     return r;
 }
 
-/* The bytes of r's rows (codes, then scales and biases when quantized), as a prefetch hint. */
+/* Appends the rows of `next` (one run, same head and section of the next page) to r (one run of a multiple
+ * of CPU_RUN_ALIGN tokens) as its second run. */
+static inline void cpu_rows_join(cpu_rows *r, const cpu_rows *next) {
+    r->codes2 = next->codes;
+    r->scale2 = next->scale;
+    r->bias2 = next->bias;
+    r->n1 = r->n;
+    r->n += next->n;
+}
+
+/* The bytes of r's rows (codes, then scales and biases when quantized, of each run), as a prefetch hint. */
 static inline cpu_prefetch cpu_rows_prefetch(const cpu_rows *r) {
-    cpu_prefetch pf = {{r->codes, (const uint8_t *)r->scale, (const uint8_t *)r->bias}, {r->row_stride * (size_t)r->n, 0, 0}};
-    if (r->scale) pf.n[1] = pf.n[2] = r->sb_stride * (size_t)r->n * 2u;
+    cpu_prefetch pf = {{0}, {0}};
+    const int runs = r->codes2 ? 2 : 1;
+    for (int k = 0; k < runs; k++) {
+        const size_t n = (size_t)(runs == 1 ? r->n : k == 0 ? r->n1 : r->n - r->n1);
+        pf.p[3 * k] = k ? r->codes2 : r->codes;
+        pf.n[3 * k] = r->row_stride * n;
+        if (r->scale) {
+            pf.p[3 * k + 1] = (const uint8_t *)(k ? r->scale2 : r->scale);
+            pf.p[3 * k + 2] = (const uint8_t *)(k ? r->bias2 : r->bias);
+            pf.n[3 * k + 1] = pf.n[3 * k + 2] = r->sb_stride * n * 2u;
+        }
+    }
     return pf;
 }
 
@@ -109,6 +132,9 @@ static inline cpu_rows cpu_ring_rows(const gokv_layout *L, const uint8_t *ring, 
     r.enc = CPU_ENC_F16;
     r.group = 0;
     r.pf = NULL;
+    r.codes2 = NULL;
+    r.scale2 = r.bias2 = NULL;
+    r.n1 = n;
     return r;
 }
 

@@ -36,7 +36,7 @@ static double now(void) {
 /* Rows of block b's keys (value 0) or values (1). */
 static cpu_rows rows(uint8_t *mem, long b, int value) {
     uint8_t *h = mem + (size_t)b * BLOCK + (size_t)value * HALF;
-    return (cpu_rows){h, D / 2, (const uint16_t *)(h + CODES), (const uint16_t *)(h + CODES + SB), NG, N, CPU_ENC_Q4, G, NULL};
+    return (cpu_rows){h, D / 2, (const uint16_t *)(h + CODES), (const uint16_t *)(h + CODES + SB), NG, N, CPU_ENC_Q4, G, NULL, NULL, NULL, NULL, 0};
 }
 
 static float q[NQ * D], qsum[NQ * NG], s[NQ * N], o[NQ * D];
@@ -62,7 +62,7 @@ static double walk(const cpu_kernels *k, uint8_t *mem, long n, int mode, int rep
             const cpu_rows nk = rows(mem, nb, 0), nv = rows(mem, nb, 1);
             const cpu_prefetch pk = cpu_rows_prefetch(&nk), pv = cpu_rows_prefetch(&nv);
             if (mode == 1) {
-                for (int i = 0; i < 3; i++) cpu_prefetch_bytes(pk.p[i], pk.n[i]), cpu_prefetch_bytes(pv.p[i], pv.n[i]);
+                for (int i = 0; i < CPU_PREFETCH_REGIONS; i++) cpu_prefetch_bytes(pk.p[i], pk.n[i]), cpu_prefetch_bytes(pv.p[i], pv.n[i]);
                 run_block(k, mem, b, NULL, NULL);
             } else {
                 run_block(k, mem, b, mode == 2 ? &pk : NULL, mode == 2 ? &pv : NULL);

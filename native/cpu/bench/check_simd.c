@@ -60,7 +60,7 @@ static rows_buf make_rows(int32_t enc, int32_t n, int32_t d, int32_t g, int cont
     }
     if (enc >= CPU_ENC_Q8 && n > 1) b.scale[sb_stride] = 0; /* a constant group */
     b.r = (cpu_rows){b.codes, row_bytes, enc >= CPU_ENC_Q8 ? b.scale : NULL, enc >= CPU_ENC_Q8 ? b.bias : NULL,
-                     sb_stride, n, enc, g, NULL};
+                     sb_stride, n, enc, g, NULL, NULL, NULL, NULL, 0};
     return b;
 }
 static void free_rows(rows_buf *b) { free(b->codes), free(b->scale), free(b->bias); }
@@ -143,6 +143,58 @@ static void check_rows(const cpu_kernels *S, const cpu_kernels *V, const char *l
     snprintf(what, sizeof what, "%s accum_rows enc %d g %d n %d nq %d d %d: rel err %.3g", lvl, enc, g, n, nq, d, worst);
     expect(worst <= 1e-5, what);
     free(q), free(qsum), free(s0), free(s1), free(k), free(p), free(o0), free(o1);
+    free_rows(&b);
+}
+
+/* Rows in two runs (a block spanning two pages, kernels.h): the same n rows with rows [n1, n) moved to their own
+ * memory must give bit for bit what one run gives, for the scalar table and the SIMD one, and the first run's
+ * memory past n1 is overwritten before, so a kernel that reads a row from the wrong run shows. */
+static void check_two_runs(const cpu_kernels *T, const char *lvl, int32_t enc, int32_t g, int32_t n, int32_t n1,
+                           int32_t nq, int32_t d) {
+    char what[256];
+    rows_buf b = make_rows(enc, n, d, g, (n1 / 32 + nq) % 2);
+    const size_t ldq = d + 1, lds = CPU_BLOCK, ldp = CPU_BLOCK, ldo = d;
+    const int32_t ng = enc >= CPU_ENC_Q8 ? d / g : 1;
+    float *q = malloc(sizeof(float) * ldq * nq), *qsum = calloc((size_t)nq * ng, sizeof(float));
+    float *s[2], *o[2], *k[2], *p = malloc(sizeof(float) * ldp * nq);
+    for (int x = 0; x < 2; x++) {
+        s[x] = calloc(lds * nq, sizeof(float)), o[x] = malloc(sizeof(float) * ldo * nq);
+        k[x] = malloc(sizeof(float) * (size_t)d * n);
+    }
+    for (size_t i = 0; i < ldq * nq; i++) q[i] = frand(-1, 1);
+    for (size_t i = 0; i < ldp * nq; i++) p[i] = (rnd() % 5 == 0) ? 0.0f : frand(0, 1);
+    if (enc >= CPU_ENC_Q8)
+        for (int32_t i = 0; i < nq; i++)
+            for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
+    void *prep = enc == CPU_ENC_Q4 && T->q4_prep ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
+    if (prep) T->q4_prep(q, ldq, nq, d, g, prep);
+    cpu_rows r = b.r;
+    const size_t sb_stride = b.r.sb_stride, rest = (size_t)(n - n1);
+    uint8_t *codes2 = malloc(rest * r.row_stride);
+    uint16_t *scale2 = malloc(rest * sb_stride * 2 + 2), *bias2 = malloc(rest * sb_stride * 2 + 2);
+    for (int x = 0; x < 2; x++) { /* x = 0: one run; 1: two */
+        if (x == 1) {
+            memcpy(codes2, b.codes + (size_t)n1 * r.row_stride, rest * r.row_stride);
+            memset(b.codes + (size_t)n1 * r.row_stride, 0xA5, rest * r.row_stride);
+            if (enc >= CPU_ENC_Q8) {
+                memcpy(scale2, b.scale + (size_t)n1 * sb_stride, rest * sb_stride * 2);
+                memcpy(bias2, b.bias + (size_t)n1 * sb_stride, rest * sb_stride * 2);
+                for (size_t i = (size_t)n1 * sb_stride; i < (size_t)n * sb_stride; i++) b.scale[i] = b.bias[i] = 0x7C00; /* inf */
+            }
+            r.codes2 = codes2, r.scale2 = enc >= CPU_ENC_Q8 ? scale2 : NULL, r.bias2 = enc >= CPU_ENC_Q8 ? bias2 : NULL;
+            r.n1 = n1;
+        }
+        T->score_rows[enc](&r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, prep, nq, s[x], lds);
+        for (size_t i = 0; i < ldo * nq; i++) o[x][i] = 0.25f;
+        T->accum_rows[enc](&r, d, p, ldp, nq, o[x], ldo);
+        for (int32_t t = 0; t < n; t++) T->dequant_row(&r, t, d, k[x] + (size_t)t * d);
+    }
+    snprintf(what, sizeof what, "%s two runs enc %d g %d n %d n1 %d nq %d d %d", lvl, enc, g, n, n1, nq, d);
+    expect(memcmp(s[0], s[1], sizeof(float) * lds * nq) == 0 && memcmp(o[0], o[1], sizeof(float) * ldo * nq) == 0 &&
+               memcmp(k[0], k[1], sizeof(float) * (size_t)d * n) == 0,
+           what);
+    for (int x = 0; x < 2; x++) free(s[x]), free(o[x]), free(k[x]);
+    free(q), free(qsum), free(p), free(prep), free(codes2), free(scale2), free(bias2);
     free_rows(&b);
 }
 
@@ -369,6 +421,7 @@ static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32
 int main(void) {
     const cpu_kernels *S = cpu_kernels_get(GOKV_CPU_SCALAR);
     const int32_t hw = gokv_cpu_simd_level();
+    int scalar_runs_checked = 0; /* the scalar table's two-run check, with the first SIMD level's */
     for (int32_t level = 1; level <= 3; level++) {
         if (!(level <= hw && (hw != GOKV_CPU_NEON || level == GOKV_CPU_NEON))) continue;
         const cpu_kernels *V = cpu_kernels_get(level);
@@ -383,6 +436,17 @@ int main(void) {
                             if (g && d % g) continue;
                             check_rows(S, V, lvl, enc, g, ns[ni], nqs[qi], d, (ni + qi) % 2);
                         }
+        const int32_t split_ns[] = {33, 65, 100, 128};
+        for (int32_t enc = 0; enc < CPU_ENC_COUNT; enc++)
+            for (int32_t gi = 0; gi < (enc >= CPU_ENC_Q8 ? 3 : 1); gi++)
+                for (int32_t ni = 0; ni < 4; ni++)
+                    for (int32_t n1 = 32; n1 < split_ns[ni]; n1 += 32)
+                        for (int32_t qi = 0; qi < 5; qi += 2) {
+                            const int32_t g = enc >= CPU_ENC_Q8 ? gs[gi] : 0;
+                            if (!scalar_runs_checked) check_two_runs(S, "scalar", enc, g, split_ns[ni], n1, nqs[qi], 128);
+                            check_two_runs(V, lvl, enc, g, split_ns[ni], n1, nqs[qi], 128);
+                        }
+        scalar_runs_checked = 1;
         const int32_t odd_ds[] = {4, 20, 80, 100, 112};
         for (int32_t enc = 0; enc < 2; enc++)
             for (int32_t di = 0; di < 5; di++) check_rows(S, V, lvl, enc, 0, 33, 5, odd_ds[di], 1);

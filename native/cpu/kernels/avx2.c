@@ -43,14 +43,18 @@ AVX2_INLINE void avx2_halves(const uint16_t *h, int32_t n, float *out) {
 
 /* Scale and bias of the n rows of r as floats, token-major: sf[t * ng + j]. */
 AVX2_INLINE void avx2_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) {
-    if (r->sb_stride == (size_t)ng) {
-        avx2_halves(r->scale, r->n * ng, sf);
-        avx2_halves(r->bias, r->n * ng, bf);
-        return;
-    }
-    for (int32_t t = 0; t < r->n; t++) {
-        avx2_halves(r->scale + (size_t)t * r->sb_stride, ng, sf + (size_t)t * ng);
-        avx2_halves(r->bias + (size_t)t * r->sb_stride, ng, bf + (size_t)t * ng);
+    for (int32_t t0 = 0, t1; t0 < r->n; t0 = t1) { /* each run */
+        t1 = cpu_run_end(r, t0);
+        const uint16_t *sc = cpu_row_scale(r, t0), *bi = cpu_row_bias(r, t0);
+        if (r->sb_stride == (size_t)ng) {
+            avx2_halves(sc, (t1 - t0) * ng, sf + (size_t)t0 * ng);
+            avx2_halves(bi, (t1 - t0) * ng, bf + (size_t)t0 * ng);
+            continue;
+        }
+        for (int32_t t = t0; t < t1; t++) {
+            avx2_halves(sc + (size_t)(t - t0) * r->sb_stride, ng, sf + (size_t)t * ng);
+            avx2_halves(bi + (size_t)(t - t0) * r->sb_stride, ng, bf + (size_t)t * ng);
+        }
     }
 }
 
@@ -140,7 +144,7 @@ AVX2_INLINE void avx2_score_core(const cpu_rows *r, int32_t d, const float *qp, 
         cpu_prefetch_slice(pf, t0 / 8, (r->n + 7) / 8);
         for (int32_t tt = 0; tt < tn; tt++) {
             const int32_t t = t0 + tt;
-            const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+            const uint8_t *row = cpu_row_codes(r, t);
             __m256 acc_a[AVX2_MAX_NQ], acc_b[AVX2_MAX_NQ];
 #pragma GCC unroll 4
             for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
@@ -219,10 +223,14 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
         __m256 acc_a[AVX2_MAX_NQ], acc_b[AVX2_MAX_NQ];
 #pragma GCC unroll 4
         for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
+        const uint8_t *piece = r->codes; /* rows of the 32 tokens from t & ~31 (never two runs: CPU_RUN_ALIGN) */
         for (int32_t t = 0; t < n; t++) {
             __m256 a, b;
-            if ((t & 31) == 0) cpu_prefetch_slice(pf, k * pieces + t / 32, nslab * pieces);
-            avx2_slab(r->codes + (size_t)t * r->row_stride, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j,
+            if ((t & 31) == 0) {
+                cpu_prefetch_slice(pf, k * pieces + t / 32, nslab * pieces);
+                piece = cpu_row_codes(r, t);
+            }
+            avx2_slab(piece + (size_t)(t & 31) * r->row_stride, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j,
                       &a, &b);
 #pragma GCC unroll 4
             for (int i = 0; i < NQ; i++) {
@@ -315,8 +323,9 @@ AVX2_INLINE void avx2_score_q4_lanes(const cpu_rows *r, int32_t d, const float *
         for (int32_t c0 = 0; c0 < rb; c0 += 32) { /* 32 bytes of each row: 8 dword columns, 64 dims */
             const int32_t half = rb - c0 < 32; /* the row's last 16 bytes */
             __m256i x[8];
+            const uint8_t *rows = cpu_row_codes(r, t0) + c0; /* 8 rows of one run (CPU_RUN_ALIGN) */
             for (int u = 0; u < 8; u++) {
-                const uint8_t *src = r->codes + (size_t)(t0 + u) * r->row_stride + c0;
+                const uint8_t *src = rows + (size_t)u * r->row_stride;
                 x[u] = u >= tn ? _mm256_setzero_si256()
                        : half  ? _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)src), 0)
                                : _mm256_loadu_si256((const __m256i *)src);
@@ -600,12 +609,12 @@ AVX2_FN static float avx2_exp_sum(float *x, int32_t n, float m) {
 /* ---- dequant_row ---- */
 
 AVX2_FN static void avx2_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
-    const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+    const uint8_t *row = cpu_row_codes(r, t);
     float sf[AVX2_MAX_NG], bf[AVX2_MAX_NG];
     const int quant = r->enc >= CPU_ENC_Q8;
     if (quant) {
-        avx2_halves(r->scale + (size_t)t * r->sb_stride, d / r->group, sf);
-        avx2_halves(r->bias + (size_t)t * r->sb_stride, d / r->group, bf);
+        avx2_halves(cpu_row_scale(r, t), d / r->group, sf);
+        avx2_halves(cpu_row_bias(r, t), d / r->group, bf);
     }
     const int32_t *perm = avx2_perm(r->enc);
     for (int32_t k = 0; k * 16 < d; k++) {

@@ -72,14 +72,18 @@ AVX512_INLINE void avx512_halves(const uint16_t *h, int32_t n, float *out) {
 
 /* Scale and bias of the n rows of r as floats, token-major: sf[t * ng + j]. */
 AVX512_INLINE void avx512_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) {
-    if (r->sb_stride == (size_t)ng) {
-        avx512_halves(r->scale, r->n * ng, sf);
-        avx512_halves(r->bias, r->n * ng, bf);
-        return;
-    }
-    for (int32_t t = 0; t < r->n; t++) {
-        avx512_halves(r->scale + (size_t)t * r->sb_stride, ng, sf + (size_t)t * ng);
-        avx512_halves(r->bias + (size_t)t * r->sb_stride, ng, bf + (size_t)t * ng);
+    for (int32_t t0 = 0, t1; t0 < r->n; t0 = t1) { /* each run */
+        t1 = cpu_run_end(r, t0);
+        const uint16_t *sc = cpu_row_scale(r, t0), *bi = cpu_row_bias(r, t0);
+        if (r->sb_stride == (size_t)ng) {
+            avx512_halves(sc, (t1 - t0) * ng, sf + (size_t)t0 * ng);
+            avx512_halves(bi, (t1 - t0) * ng, bf + (size_t)t0 * ng);
+            continue;
+        }
+        for (int32_t t = t0; t < t1; t++) {
+            avx512_halves(sc + (size_t)(t - t0) * r->sb_stride, ng, sf + (size_t)t * ng);
+            avx512_halves(bi + (size_t)(t - t0) * r->sb_stride, ng, bf + (size_t)t * ng);
+        }
     }
 }
 
@@ -209,7 +213,7 @@ AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float
     for (int u = 0; u < TU; u++)
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) acc[u][i] = _mm512_setzero_ps();
-    const uint8_t *row0 = r->codes + (size_t)t * r->row_stride;
+    const uint8_t *row0 = cpu_row_codes(r, t); /* TU <= 4 rows of one run (CPU_RUN_ALIGN) */
     const float *sf0 = sf + (size_t)t * ng, *bf0 = bf + (size_t)t * ng;
     /* 4- and 2-bit: the tokens' group tables first. Built inside the slab loop, each table's FMA queues
      * behind the previous slab's on the FMA pipes and its vpermps wait on it (bench_kernels: 59% of the
@@ -379,8 +383,11 @@ AVX512_INLINE void avx512_half_columns(const uint16_t *h, int32_t n, int32_t ng,
  * kernel loads a group's 16 tokens at once instead of shuffling them out of token-major rows per use. */
 AVX512_INLINE void avx512_sb_columns(const cpu_rows *r, int32_t ng, float *sc, float *bc) {
     if (r->sb_stride == (size_t)ng && (ng == 1 || ng == 2 || ng == 4)) {
-        avx512_half_columns(r->scale, r->n, ng, sc);
-        avx512_half_columns(r->bias, r->n, ng, bc);
+        for (int32_t t0 = 0, t1; t0 < r->n; t0 = t1) { /* each run: its first token is a multiple of 16 */
+            t1 = cpu_run_end(r, t0);
+            avx512_half_columns(cpu_row_scale(r, t0), t1 - t0, ng, sc + t0);
+            avx512_half_columns(cpu_row_bias(r, t0), t1 - t0, ng, bc + t0);
+        }
         return;
     }
     float sf[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
@@ -434,16 +441,17 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
         for (int u = 0; u < U; u++)
             #pragma GCC unroll 8
             for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm512_set1_ps(u == 0 ? bsum[i] : 0.0f);
-        /* 32 tokens at a time, each piece asking for its slice of the prefetch hint */
+        /* 32 tokens at a time (one run: CPU_RUN_ALIGN), each piece asking for its slice of the prefetch hint */
         for (int32_t t0 = 0, t = 0; t0 < n; t0 += 32) {
             cpu_prefetch_slice(pf, k * pieces + t0 / 32, nslab * pieces);
             const int32_t t1 = n - t0 < 32 ? n : t0 + 32;
+            const uint8_t *piece = cpu_row_codes(r, t0); /* row t at piece + (t - t0) * stride */
             if (NQ <= 4)
                 for (; t + 2 <= t1; t += 2)
                     #pragma GCC unroll 8
                     for (int u = 0; u < 2; u++) {
                         __m512 a, b;
-                        const uint8_t *row = r->codes + (size_t)(t + u) * r->row_stride;
+                        const uint8_t *row = piece + (size_t)(t + u - t0) * r->row_stride;
                         if (quant) avx512_slab_codes(row, k, enc, &a, &b);
                         else avx512_slab(row, k, enc, dv, NULL, NULL, &a, &b);
                         #pragma GCC unroll 8
@@ -455,7 +463,7 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
                     }
             for (; t < t1; t++) {
                 __m512 a, b;
-                const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+                const uint8_t *row = piece + (size_t)(t - t0) * r->row_stride;
                 if (quant) avx512_slab_codes(row, k, enc, &a, &b);
                 else avx512_slab(row, k, enc, dv, NULL, NULL, &a, &b);
                 #pragma GCC unroll 8
@@ -528,9 +536,10 @@ AVX512_INLINE void avx512_chunk_columns(const cpu_rows *r, int32_t t0, int32_t t
                                         int32_t cols[16][16]) {
     const __mmask16 wm = avx512_mask(left / 4);
     __m512i x[16];
+    const uint8_t *rows = cpu_row_codes(r, t0) + (size_t)c * 64; /* 16 rows of one run (CPU_RUN_ALIGN) */
     #pragma GCC unroll 16
     for (int u = 0; u < 16; u++) {
-        const uint8_t *row = r->codes + (size_t)(t0 + u) * r->row_stride + (size_t)c * 64;
+        const uint8_t *row = rows + (size_t)u * r->row_stride;
         x[u] = u >= tn ? _mm512_setzero_si512() : left >= 64 ? _mm512_loadu_si512(row) : _mm512_maskz_loadu_epi32(wm, row);
     }
     avx512_transpose_dwords(x);
@@ -1018,12 +1027,12 @@ AVX512_FN static float avx512_exp_sum(float *x, int32_t n, float m) {
 /* ---- dequant_row ---- */
 
 AVX512_FN static void avx512_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
-    const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+    const uint8_t *row = cpu_row_codes(r, t);
     float sf[AVX512_MAX_NG], bf[AVX512_MAX_NG];
     const int quant = r->enc >= CPU_ENC_Q8;
     if (quant) {
-        avx512_halves(r->scale + (size_t)t * r->sb_stride, d / r->group, sf);
-        avx512_halves(r->bias + (size_t)t * r->sb_stride, d / r->group, bf);
+        avx512_halves(cpu_row_scale(r, t), d / r->group, sf);
+        avx512_halves(cpu_row_bias(r, t), d / r->group, bf);
     }
     for (int32_t k = 0; k * 32 < d; k++) {
         __m512 a, b;

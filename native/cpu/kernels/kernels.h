@@ -1,7 +1,8 @@
 /*
  * kernels.h: the inner kernels of the CPU module's fused attention (DESIGN.md §5), as one table per SIMD
  * level. The scalar table (scalar.c) reads like the math; each SIMD file overrides the entries it makes
- * faster and is checked against the scalar one by the tests. Blocks never hold more than CPU_BLOCK tokens.
+ * faster and is checked against the scalar one by the tests. Blocks never hold more than CPU_BLOCK tokens,
+ * and their rows may lie in two runs (two pages: cpu_rows).
  *
  * Queries arrive pre-scaled by α, as nq vectors of d floats (row stride ldq). Scores go to s[i*lds + t].
  * Per-token groups:  q·k̂_t = Σ_g s_g (q_g · codes_g) + b_g Σ_{c∈g} q_c   (qsum[i*n_groups + g] = Σ_{c∈g} q_c)
@@ -23,15 +24,23 @@ enum { CPU_BLOCK = 128 };
 /* How the elements of a per-token row are encoded. */
 enum { CPU_ENC_F32 = 0, CPU_ENC_F16, CPU_ENC_Q8, CPU_ENC_Q4, CPU_ENC_Q2, CPU_ENC_COUNT };
 
-/* Memory the caller reads after this call (the next block's rows: up to three regions), for a kernel to ask
- * for a slice at a time while it computes. Queued all at once, a block's ~300 prefetches fill the core's
- * miss buffers and stall the kernel's own loads behind them; spread over the arithmetic, they hide DRAM. */
+enum { CPU_PREFETCH_REGIONS = 6, CPU_RUN_ALIGN = 32 };
+
+/* Memory the caller reads after this call (the next block's rows: codes, scales and biases of up to two
+ * runs), for a kernel to ask for a slice at a time while it computes. Queued all at once, a block's ~300
+ * prefetches fill the core's miss buffers and stall the kernel's own loads behind them; spread over the
+ * arithmetic, they hide DRAM. */
 typedef struct cpu_prefetch {
-    const uint8_t *p[3];
-    size_t n[3]; /* bytes; 0 for an unused region */
+    const uint8_t *p[CPU_PREFETCH_REGIONS];
+    size_t n[CPU_PREFETCH_REGIONS]; /* bytes; 0 for an unused region */
 } cpu_prefetch;
 
-/* n consecutive tokens of one kv head, stored one row per token. */
+/* n consecutive tokens of one kv head, stored one row per token, in one run or two: a block may span two
+ * pages, so that a kernel call covers up to CPU_BLOCK tokens whatever the page size (each call has fixed
+ * work: the scale columns, the weight folds, the accumulators' start and end, the softmax of its scores).
+ * With a second run (codes2 != NULL), tokens [n1, n) are its rows 0.. (same strides), and n1 is a multiple
+ * of CPU_RUN_ALIGN, so that no 16- or 32-token piece of a kernel straddles the runs: kernels address rows
+ * through cpu_row_codes / cpu_row_scale / cpu_row_bias at a piece's first token. */
 typedef struct cpu_rows {
     const uint8_t *codes;   /* row t at codes + t * row_stride (bytes) */
     size_t row_stride;
@@ -42,7 +51,24 @@ typedef struct cpu_rows {
     int32_t enc;            /* CPU_ENC_* */
     int32_t group;          /* g for quantized encodings */
     const cpu_prefetch *pf; /* what to ask for while this runs (kernels with spreads_prefetch); NULL: nothing */
+    /* the second run: NULL codes2 (the zero value) for one run */
+    const uint8_t *codes2;
+    const uint16_t *scale2, *bias2;
+    int32_t n1;             /* tokens in the first run when codes2 is set: a multiple of CPU_RUN_ALIGN, < n */
 } cpu_rows;
+
+/* Row t's codes, scales and biases, and the first token of the run after t's (n when none): rows from t up
+ * to it follow each other at the strides. */
+static inline const uint8_t *cpu_row_codes(const cpu_rows *r, int32_t t) {
+    return r->codes2 && t >= r->n1 ? r->codes2 + (size_t)(t - r->n1) * r->row_stride : r->codes + (size_t)t * r->row_stride;
+}
+static inline const uint16_t *cpu_row_scale(const cpu_rows *r, int32_t t) {
+    return r->codes2 && t >= r->n1 ? r->scale2 + (size_t)(t - r->n1) * r->sb_stride : r->scale + (size_t)t * r->sb_stride;
+}
+static inline const uint16_t *cpu_row_bias(const cpu_rows *r, int32_t t) {
+    return r->codes2 && t >= r->n1 ? r->bias2 + (size_t)(t - r->n1) * r->sb_stride : r->bias + (size_t)t * r->sb_stride;
+}
+static inline int32_t cpu_run_end(const cpu_rows *r, int32_t t) { return r->codes2 && t < r->n1 ? r->n1 : r->n; }
 
 /* One KIVI key group: g tokens of d channels, channel c's codes at codes + c * (g * bits / 8). */
 typedef struct cpu_chan {
@@ -104,14 +130,14 @@ static inline void cpu_prefetch_bytes(const void *p, size_t n) {
 static inline void cpu_prefetch_visit(const cpu_prefetch *pf, int32_t part, int32_t parts,
                                       void (*visit)(const void *line, void *arg), void *arg) {
     if (!pf) return;
-    size_t lines[3], total = 0;
-    for (int i = 0; i < 3; i++) {
+    size_t lines[CPU_PREFETCH_REGIONS], total = 0;
+    for (int i = 0; i < CPU_PREFETCH_REGIONS; i++) {
         const uintptr_t a = (uintptr_t)pf->p[i] & ~(uintptr_t)63u;
         lines[i] = pf->n[i] ? ((uintptr_t)pf->p[i] + pf->n[i] - a + 63u) / 64u : 0;
         total += lines[i];
     }
     size_t a = total * (size_t)part / (size_t)parts, b = total * (size_t)(part + 1) / (size_t)parts;
-    for (int i = 0; i < 3 && a < b; i++) {
+    for (int i = 0; i < CPU_PREFETCH_REGIONS && a < b; i++) {
         if (a < lines[i]) {
             const uint8_t *base = (const uint8_t *)((uintptr_t)pf->p[i] & ~(uintptr_t)63u);
             const size_t e = b < lines[i] ? b : lines[i];

@@ -34,8 +34,8 @@ static void neon_halves(const uint16_t *h, int32_t n, float *out) {
 
 static void neon_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) {
     for (int32_t t = 0; t < r->n; t++) {
-        neon_halves(r->scale + (size_t)t * r->sb_stride, ng, sf + (size_t)t * ng);
-        neon_halves(r->bias + (size_t)t * r->sb_stride, ng, bf + (size_t)t * ng);
+        neon_halves(cpu_row_scale(r, t), ng, sf + (size_t)t * ng);
+        neon_halves(cpu_row_bias(r, t), ng, bf + (size_t)t * ng);
     }
 }
 
@@ -78,7 +78,7 @@ static inline __attribute__((always_inline)) void neon_score_core(const cpu_rows
                                                                   size_t lds) {
     const int32_t nslab = (d + 15) / 16, g = enc == CPU_ENC_Q4 ? r->group : 16;
     for (int32_t t = 0; t < r->n; t++) {
-        const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+        const uint8_t *row = cpu_row_codes(r, t);
         float32x4_t acc[NEON_MAX_NQ][2];
         for (int i = 0; i < NQ; i++) acc[i][0] = acc[i][1] = vdupq_n_f32(0.0f);
         for (int32_t k = 0; k < nslab; k++) {
@@ -133,7 +133,7 @@ static inline __attribute__((always_inline)) void neon_accum_core(const cpu_rows
         for (int i = 0; i < NQ; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = vdupq_n_f32(0.0f);
         for (int32_t t = 0; t < r->n; t++) {
             float32x4_t v[4];
-            neon_slab(r->codes + (size_t)t * r->row_stride, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j, v);
+            neon_slab(cpu_row_codes(r, t), k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j, v);
             for (int i = 0; i < NQ; i++) {
                 const float w = p[(size_t)i * ldp + t];
                 for (int x = 0; x < 4; x++) acc[i][x] = vfmaq_n_f32(acc[i][x], v[x], w);

@@ -33,7 +33,7 @@ static void score_rows_plain(const cpu_rows *r, int32_t d, const float *q, size_
                              const void *prep, int32_t nq, float *s, size_t lds) {
     (void)qsum, (void)prep;
     for (int32_t t = 0; t < r->n; t++) {
-        const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+        const uint8_t *row = cpu_row_codes(r, t);
         for (int32_t i = 0; i < nq; i++) {
             const float *qi = q + (size_t)i * ldq;
             float acc = 0.0f;
@@ -49,8 +49,8 @@ static void score_rows_quant(const cpu_rows *r, int32_t d, const float *q, size_
     (void)prep;
     const int32_t g = r->group, ng = d / g;
     for (int32_t t = 0; t < r->n; t++) {
-        const uint8_t *row = r->codes + (size_t)t * r->row_stride;
-        const uint16_t *sc = r->scale + (size_t)t * r->sb_stride, *bi = r->bias + (size_t)t * r->sb_stride;
+        const uint8_t *row = cpu_row_codes(r, t);
+        const uint16_t *sc = cpu_row_scale(r, t), *bi = cpu_row_bias(r, t);
         for (int32_t i = 0; i < nq; i++) {
             const float *qi = q + (size_t)i * ldq;
             float acc = 0.0f;
@@ -67,7 +67,7 @@ static void score_rows_quant(const cpu_rows *r, int32_t d, const float *q, size_
 static void accum_rows_plain(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, float *o,
                              size_t ldo) {
     for (int32_t t = 0; t < r->n; t++) {
-        const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+        const uint8_t *row = cpu_row_codes(r, t);
         for (int32_t i = 0; i < nq; i++) {
             const float pt = p[(size_t)i * ldp + t];
             if (pt == 0.0f) continue;
@@ -82,8 +82,8 @@ static void accum_rows_quant(const cpu_rows *r, int32_t dv, const float *p, size
                              size_t ldo) {
     const int32_t g = r->group;
     for (int32_t t = 0; t < r->n; t++) {
-        const uint8_t *row = r->codes + (size_t)t * r->row_stride;
-        const uint16_t *sc = r->scale + (size_t)t * r->sb_stride, *bi = r->bias + (size_t)t * r->sb_stride;
+        const uint8_t *row = cpu_row_codes(r, t);
+        const uint16_t *sc = cpu_row_scale(r, t), *bi = cpu_row_bias(r, t);
         for (int32_t i = 0; i < nq; i++) {
             const float pt = p[(size_t)i * ldp + t];
             if (pt == 0.0f) continue;
@@ -157,12 +157,12 @@ static float exp_sum_scalar(float *x, int32_t n, float m) {
 }
 
 static void dequant_row_scalar(const cpu_rows *r, int32_t t, int32_t d, float *out) {
-    const uint8_t *row = r->codes + (size_t)t * r->row_stride;
+    const uint8_t *row = cpu_row_codes(r, t);
     if (r->enc == CPU_ENC_F32 || r->enc == CPU_ENC_F16) {
         for (int32_t c = 0; c < d; c++) out[c] = plain_at(row, r->enc, c);
         return;
     }
-    const uint16_t *sc = r->scale + (size_t)t * r->sb_stride, *bi = r->bias + (size_t)t * r->sb_stride;
+    const uint16_t *sc = cpu_row_scale(r, t), *bi = cpu_row_bias(r, t);
     for (int32_t c = 0; c < d; c++)
         out[c] = (float)code_at(row, r->enc, c) * gokv_half_to_float(sc[c / r->group]) + gokv_half_to_float(bi[c / r->group]);
 }

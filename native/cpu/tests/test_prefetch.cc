@@ -30,8 +30,8 @@ TEST(Prefetch, SlicesCoverEveryLineOnce) {
     for (int trial = 0; trial < 300; trial++) {
         cpu_prefetch pf{};
         std::vector<uintptr_t> want;
-        for (int i = 0; i < 3; i++) {
-            const size_t n = trial % 7 == i ? 0 : rng() % 9000; /* some regions empty */
+        for (int i = 0; i < CPU_PREFETCH_REGIONS; i++) {
+            const size_t n = trial % 7 == i || trial % 5 == i ? 0 : rng() % 9000; /* some regions empty */
             const size_t off = (rng() % 3 == 0 ? 0 : rng() % 64) + (size_t)i * 20000; /* aligned or not */
             pf.p[i] = mem.data() + off;
             pf.n[i] = n;
