@@ -139,9 +139,11 @@ AVX2_INLINE void avx2_score_core(const cpu_rows *r, int32_t d, const float *qp, 
                                  const float *sf, const float *bf, int32_t ng, float *s, size_t lds, const cpu_prefetch *pf) {
     const int32_t nslab = (d + 15) / 16, gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 16u) : 0;
     __m256 buf[AVX2_MAX_NQ][8];
+    cpu_prefetch_walk pw;
+    cpu_prefetch_start(&pw, pf, (r->n + 7) / 8);
     for (int32_t t0 = 0; t0 < r->n; t0 += 8) {
         const int32_t tn = r->n - t0 < 8 ? r->n - t0 : 8;
-        cpu_prefetch_slice(pf, t0 / 8, (r->n + 7) / 8);
+        cpu_prefetch_step(&pw);
         for (int32_t tt = 0; tt < tn; tt++) {
             const int32_t t = t0 + tt;
             const uint8_t *row = cpu_row_codes(r, t);
@@ -218,6 +220,8 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
                                  const float *sf, const float *bf, int32_t ng, float *o, size_t ldo, const cpu_prefetch *pf) {
     const int32_t nslab = (dv + 15) / 16, n = r->n, pieces = (n + 31) / 32; /* prefetch slices per slab */
     const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 16u) : 0;
+    cpu_prefetch_walk pw;
+    cpu_prefetch_start(&pw, pf, nslab * pieces);
     for (int32_t k = 0; k < nslab; k++) {
         const int32_t j = k >> gshift;
         __m256 acc_a[AVX2_MAX_NQ], acc_b[AVX2_MAX_NQ];
@@ -227,7 +231,7 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
         for (int32_t t = 0; t < n; t++) {
             __m256 a, b;
             if ((t & 31) == 0) {
-                cpu_prefetch_slice(pf, k * pieces + t / 32, nslab * pieces);
+                cpu_prefetch_step(&pw);
                 piece = cpu_row_codes(r, t);
             }
             avx2_slab(piece + (size_t)(t & 31) * r->row_stride, k, enc, dv, sf + (size_t)t * ng + j, bf + (size_t)t * ng + j,
@@ -309,9 +313,11 @@ AVX2_INLINE void avx2_score_q4_lanes(const cpu_rows *r, int32_t d, const float *
     const int32_t rb = d / 2, n = r->n, gshift = __builtin_ctz((unsigned)r->group);
     const __m256i m15 = _mm256_set1_epi32(15);
     int32_t cols[8][8] __attribute__((aligned(32)));
+    cpu_prefetch_walk pw;
+    cpu_prefetch_start(&pw, pf, (n + 7) / 8);
     for (int32_t t0 = 0; t0 < n; t0 += 8) {
         const int32_t tn = n - t0 < 8 ? n - t0 : 8;
-        cpu_prefetch_slice(pf, t0 / 8, (n + 7) / 8);
+        cpu_prefetch_step(&pw);
         __m256 scol[4], bcol[4], acc[AVX2_MAX_NQ];
         avx2_group_columns(sf, ng, t0, tn, scol);
         avx2_group_columns(bf, ng, t0, tn, bcol);

@@ -258,9 +258,11 @@ AVX512_INLINE void avx512_score_core(const cpu_rows *r, int32_t d, const float *
     const int32_t gshift = enc >= CPU_ENC_Q8 ? __builtin_ctz((unsigned)r->group / 32u) : 0;
     /* 4 tokens per query load (their sums start in registers), 2 when 8 queries need the registers */
     __m512 raw[AVX512_MAX_NQ][16], part[AVX512_MAX_NQ][4];
+    cpu_prefetch_walk pw;
+    cpu_prefetch_start(&pw, pf, (r->n + 15) / 16);
     for (int32_t t0 = 0; t0 < r->n; t0 += 16) {
         const int32_t tn = r->n - t0 < 16 ? r->n - t0 : 16;
-        cpu_prefetch_slice(pf, t0 / 16, (r->n + 15) / 16);
+        cpu_prefetch_step(&pw);
         int32_t tt = 0;
         if (NQ <= 4)
             for (; tt + 4 <= tn; tt += 4)
@@ -424,6 +426,8 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
                                      const int enc, const float *sc, const float *bc, float *o, size_t ldo,
                                      const cpu_prefetch *pf) {
     const int32_t nslab = (dv + 31) / 32, n = r->n, pieces = (n + 31) / 32; /* prefetch slices per slab */
+    cpu_prefetch_walk pw;
+    cpu_prefetch_start(&pw, pf, nslab * pieces);
     const int quant = enc >= CPU_ENC_Q8;
     const int32_t gshift = quant ? __builtin_ctz((unsigned)r->group / 32u) : 0;
     float wbuf[AVX512_MAX_NQ * CPU_BLOCK] __attribute__((aligned(64)));
@@ -443,7 +447,7 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
             for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm512_set1_ps(u == 0 ? bsum[i] : 0.0f);
         /* 32 tokens at a time (one run: CPU_RUN_ALIGN), each piece asking for its slice of the prefetch hint */
         for (int32_t t0 = 0, t = 0; t0 < n; t0 += 32) {
-            cpu_prefetch_slice(pf, k * pieces + t0 / 32, nslab * pieces);
+            cpu_prefetch_step(&pw);
             const int32_t t1 = n - t0 < 32 ? n : t0 + 32;
             const uint8_t *piece = cpu_row_codes(r, t0); /* row t at piece + (t - t0) * stride */
             if (NQ <= 4)
@@ -547,13 +551,13 @@ AVX512_INLINE void avx512_chunk_columns(const cpu_rows *r, int32_t t0, int32_t t
     for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[avx512_t16_reg[k]]);
 }
 
-/* The start of the 16 tokens from t0 (of n) in a q4 lanes kernel: asks for their slice of pf, and seeds
- * acc[i] = Σ_j b_t,j Σq_j (the biases). Returns how many of the 16 are real; *m masks them. */
+/* The start of the 16 tokens from t0 (of n) in a q4 lanes kernel: asks for the prefetch walk's next slice,
+ * and seeds acc[i] = Σ_j b_t,j Σq_j (the biases). Returns how many of the 16 are real; *m masks them. */
 AVX512_INLINE int32_t avx512_lanes_start(__m512 *acc, const int NQ, const float *bf, int32_t ng, int32_t t0, int32_t n,
-                                         const float *qsum, const cpu_prefetch *pf, __mmask16 *m_out) {
+                                         const float *qsum, cpu_prefetch_walk *pw, __mmask16 *m_out) {
     const int32_t tn = n - t0 < 16 ? n - t0 : 16;
     const __mmask16 m = *m_out = avx512_mask(tn);
-    cpu_prefetch_slice(pf, t0 / 16, (n + 15) / 16);
+    cpu_prefetch_step(pw);
     #pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
     for (int32_t j = 0; j < ng; j++) {
@@ -571,10 +575,12 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
     const int32_t gshift = __builtin_ctz((unsigned)r->group);
     const __m512 ctab = _mm512_loadu_ps(avx512_lut4_codes);
     int32_t cols[16][16] __attribute__((aligned(64)));
+    cpu_prefetch_walk pw;
+    cpu_prefetch_start(&pw, pf, (n + 15) / 16);
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
         __m512 acc[AVX512_MAX_NQ];
         __mmask16 m;
-        const int32_t tn = avx512_lanes_start(acc, NQ, bf, ng, t0, n, qsum, pf, &m);
+        const int32_t tn = avx512_lanes_start(acc, NQ, bf, ng, t0, n, qsum, &pw, &m);
         __m512 scol = _mm512_setzero_ps(); /* the scales of group scol_j: one column per group, not per 32 dims */
         int32_t scol_j = -1;
         for (int32_t c = 0; c < nchunk; c++) {
@@ -771,13 +777,15 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
     const size_t stride = CPU_Q4_PREP_STRIDE(d);
     const uint8_t *prep = prep_;
     int32_t cols[2][AVX512_MAX_D / 8][16] __attribute__((aligned(64)));
+    cpu_prefetch_walk pw;
+    cpu_prefetch_start(&pw, r->pf, (n + 15) / 16);
     for (int32_t t0 = 0; t0 < n; t0 += 32) {
         int32_t tn[2] = {0, 0};
         const int TB = n - t0 > 16 ? 2 : 1;
         for (int b = 0; b < TB; b++) {
             const int32_t tb = t0 + 16 * b;
             tn[b] = n - tb < 16 ? n - tb : 16;
-            cpu_prefetch_slice(r->pf, tb / 16, (n + 15) / 16);
+            cpu_prefetch_step(&pw);
             for (int32_t c = 0; c < nchunk; c++)
                 avx512_chunk_columns(r, tb, tn[b], c, rb - c * 64, (int32_t (*)[16])cols[b][c * 16]);
         }

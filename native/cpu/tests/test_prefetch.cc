@@ -1,7 +1,8 @@
 /*
- * test_prefetch.cc: the kernels' spread prefetch (kernels.h, cpu_prefetch_visit). A kernel asks for slice
- * `part` of `parts` as it goes; together the slices must ask for every line of the hint's regions exactly
- * once, in order, and for nothing else, whatever the regions' alignment, sizes and the slice count.
+ * test_prefetch.cc: the kernels' spread prefetch (kernels.h, cpu_prefetch_walk). A kernel starts a walk cut
+ * into `parts` slices and takes one slice per piece as it goes; together the slices must ask for every line
+ * of the hint's regions exactly once, in order, and for nothing else, whatever the regions' alignment,
+ * sizes and the slice count, and no slice may hold more than its share.
  */
 #include <gtest/gtest.h>
 
@@ -25,7 +26,7 @@ std::vector<uintptr_t> lines_of(const uint8_t *p, size_t n) {
 }
 
 TEST(Prefetch, SlicesCoverEveryLineOnce) {
-    std::vector<uint8_t> mem(1 << 16);
+    std::vector<uint8_t> mem(1 << 17); /* six regions 20000 bytes apart, up to 9000 + 63 bytes each */
     std::mt19937 rng(7);
     for (int trial = 0; trial < 300; trial++) {
         cpu_prefetch pf{};
@@ -40,26 +41,33 @@ TEST(Prefetch, SlicesCoverEveryLineOnce) {
         }
         for (int32_t parts : {1, 2, 3, 8, 16, 33, 1000}) {
             std::vector<uintptr_t> got;
+            cpu_prefetch_walk w;
+            cpu_prefetch_start(&w, &pf, parts);
+            const size_t share = (want.size() + parts - 1) / parts;
             for (int32_t part = 0; part < parts; part++) {
                 const size_t before = got.size();
-                cpu_prefetch_visit(&pf, part, parts, record, &got);
-                /* slices are even: no slice holds more than its share rounded up */
-                ASSERT_LE(got.size() - before, want.size() / parts + 1) << "trial " << trial << " part " << part;
+                cpu_prefetch_take(&w, record, &got);
+                ASSERT_LE(got.size() - before, share) << "trial " << trial << " part " << part;
             }
             ASSERT_EQ(got, want) << "trial " << trial << " parts " << parts;
+            cpu_prefetch_take(&w, record, &got); /* a step past the last slice asks for nothing */
+            ASSERT_EQ(got.size(), want.size()) << "trial " << trial << " parts " << parts;
         }
     }
 }
 
 TEST(Prefetch, NullHintAsksForNothing) {
     std::vector<uintptr_t> got;
-    cpu_prefetch_visit(nullptr, 0, 4, record, &got);
+    cpu_prefetch_walk w;
+    cpu_prefetch_start(&w, nullptr, 4);
+    cpu_prefetch_take(&w, record, &got);
     EXPECT_TRUE(got.empty());
     cpu_prefetch pf{};
-    cpu_prefetch_visit(&pf, 1, 4, record, &got);
+    cpu_prefetch_start(&w, &pf, 4);
+    cpu_prefetch_take(&w, record, &got);
     EXPECT_TRUE(got.empty());
-    cpu_prefetch_slice(nullptr, 0, 1); /* and the real one does not fault */
-    cpu_prefetch_slice(&pf, 0, 1);
+    cpu_prefetch_start(&w, nullptr, 1); /* and the real one does not fault */
+    cpu_prefetch_step(&w);
 }
 
 } // namespace
