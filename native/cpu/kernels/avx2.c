@@ -42,21 +42,7 @@ AVX2_INLINE void avx2_halves(const uint16_t *h, int32_t n, float *out) {
 }
 
 /* Scale and bias of the n rows of r as floats, token-major: sf[t * ng + j]. */
-AVX2_INLINE void avx2_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) {
-    for (int32_t t0 = 0, t1; t0 < r->n; t0 = t1) { /* each run */
-        t1 = cpu_run_end(r, t0);
-        const uint16_t *sc = cpu_row_scale(r, t0), *bi = cpu_row_bias(r, t0);
-        if (r->sb_stride == (size_t)ng) {
-            avx2_halves(sc, (t1 - t0) * ng, sf + (size_t)t0 * ng);
-            avx2_halves(bi, (t1 - t0) * ng, bf + (size_t)t0 * ng);
-            continue;
-        }
-        for (int32_t t = t0; t < t1; t++) {
-            avx2_halves(sc + (size_t)(t - t0) * r->sb_stride, ng, sf + (size_t)t * ng);
-            avx2_halves(bi + (size_t)(t - t0) * r->sb_stride, ng, bf + (size_t)t * ng);
-        }
-    }
-}
+AVX2_INLINE void avx2_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) { cpu_row_sb(r, ng, sf, bf, avx2_halves); }
 
 /* Slab k (16 elements) of a row into a (positions 0..7) and b (8..15), dequantized with *sp, *bp. */
 AVX2_INLINE void avx2_slab(const uint8_t *row, int32_t k, const int enc, int32_t d, const float *sp, const float *bp,

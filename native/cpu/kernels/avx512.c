@@ -71,21 +71,7 @@ AVX512_INLINE void avx512_halves(const uint16_t *h, int32_t n, float *out) {
 }
 
 /* Scale and bias of the n rows of r as floats, token-major: sf[t * ng + j]. */
-AVX512_INLINE void avx512_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) {
-    for (int32_t t0 = 0, t1; t0 < r->n; t0 = t1) { /* each run */
-        t1 = cpu_run_end(r, t0);
-        const uint16_t *sc = cpu_row_scale(r, t0), *bi = cpu_row_bias(r, t0);
-        if (r->sb_stride == (size_t)ng) {
-            avx512_halves(sc, (t1 - t0) * ng, sf + (size_t)t0 * ng);
-            avx512_halves(bi, (t1 - t0) * ng, bf + (size_t)t0 * ng);
-            continue;
-        }
-        for (int32_t t = t0; t < t1; t++) {
-            avx512_halves(sc + (size_t)(t - t0) * r->sb_stride, ng, sf + (size_t)t * ng);
-            avx512_halves(bi + (size_t)(t - t0) * r->sb_stride, ng, bf + (size_t)t * ng);
-        }
-    }
-}
+AVX512_INLINE void avx512_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) { cpu_row_sb(r, ng, sf, bf, avx512_halves); }
 
 /* The 16-entry table of a 4- or 2-bit group: entry e holds code(e)·s + b (2-bit: code(e) = e & 3). */
 AVX512_INLINE __m512 avx512_table(const int enc, float s, float b) {

@@ -70,6 +70,25 @@ static inline const uint16_t *cpu_row_bias(const cpu_rows *r, int32_t t) {
 }
 static inline int32_t cpu_run_end(const cpu_rows *r, int32_t t) { return r->codes2 && t < r->n1 ? r->n1 : r->n; }
 
+/* Scale and bias of r's rows as floats, token-major (sf[t * ng + j]), run by run, through the caller's fp16
+ * conversion halves(h, n, out) (each SIMD file passes its own; inlined, so the call is direct). */
+static inline __attribute__((always_inline)) void cpu_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf,
+                                                             void (*halves)(const uint16_t *, int32_t, float *)) {
+    for (int32_t t0 = 0, t1; t0 < r->n; t0 = t1) {
+        t1 = cpu_run_end(r, t0);
+        const uint16_t *sc = cpu_row_scale(r, t0), *bi = cpu_row_bias(r, t0);
+        if (r->sb_stride == (size_t)ng) { /* the run's scales (biases) are contiguous */
+            halves(sc, (t1 - t0) * ng, sf + (size_t)t0 * ng);
+            halves(bi, (t1 - t0) * ng, bf + (size_t)t0 * ng);
+            continue;
+        }
+        for (int32_t t = t0; t < t1; t++) {
+            halves(sc + (size_t)(t - t0) * r->sb_stride, ng, sf + (size_t)t * ng);
+            halves(bi + (size_t)(t - t0) * r->sb_stride, ng, bf + (size_t)t * ng);
+        }
+    }
+}
+
 /* One KIVI key group: g tokens of d channels, channel c's codes at codes + c * (g * bits / 8). */
 typedef struct cpu_chan {
     const uint8_t *codes;

@@ -32,12 +32,7 @@ static void neon_halves(const uint16_t *h, int32_t n, float *out) {
     for (; i < n; i++) out[i] = neon_half(h[i]);
 }
 
-static void neon_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) {
-    for (int32_t t = 0; t < r->n; t++) {
-        neon_halves(cpu_row_scale(r, t), ng, sf + (size_t)t * ng);
-        neon_halves(cpu_row_bias(r, t), ng, bf + (size_t)t * ng);
-    }
-}
+static void neon_row_sb(const cpu_rows *r, int32_t ng, float *sf, float *bf) { cpu_row_sb(r, ng, sf, bf, neon_halves); }
 
 /* Slab k (16 elements) of a row into v[0..3], dequantized with *sp, *bp for 4-bit rows. Plain rows whose
  * length ends inside the slab decode it from a zero-padded copy. */
