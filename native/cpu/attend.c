@@ -209,28 +209,34 @@ static void prefetch_now(const cpu_prefetch *pf) {
         if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
 }
 
-/* The keys (pk) and values (pv) of kv head h's block that starts at token t, as prefetch hints; 0 when
- * there is none (past the range, a released page, the ring: small and recently written). KIVI: asks for the
- * key group at once (its kernels take no hint; its values are asked for when the group is reached). */
-static int next_rows(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t h, int32_t t, int32_t hi,
-                     int32_t n_quant, cpu_prefetch *pk, cpu_prefetch *pv) {
-    if (t >= hi || t >= n_quant) return 0;
-    const int32_t P = L->page_size, id = ids[t / P], slot = t % P;
-    if (id < 0) return 0;
-    const uint8_t *page = cpu_page(pool, L, id);
-    if (L->kivi) {
-        const cpu_chan ch = cpu_page_chan(L, page, h, slot / L->group);
-        cpu_prefetch_bytes(ch.codes, L->k_row_bytes);
-        cpu_prefetch_bytes(ch.scale, (size_t)L->d_k * 2u);
-        cpu_prefetch_bytes(ch.bias, (size_t)L->d_k * 2u);
-        return 0;
-    }
-    const block b = page_block(L, pool, ids, t, t, hi);
-    const cpu_rows rk = block_rows(L, &b, h, 0), rv = block_rows(L, &b, h, 1);
+/* The keys (pk) and values (pv) of kv head h in block b (per-token formats), as prefetch hints. */
+static void block_hints(const gokv_layout *L, const block *b, int32_t h, cpu_prefetch *pk, cpu_prefetch *pv) {
+    const cpu_rows rk = block_rows(L, b, h, 0), rv = block_rows(L, b, h, 1);
     *pk = cpu_rows_prefetch(&rk);
     *pv = cpu_rows_prefetch(&rv);
     if (L->v_is_k_prefix) memset(pv->n, 0, sizeof pv->n); /* the keys already */
+}
+
+/* The per-token block that starts at token t, for the hints; 0 when there is none (past the range, or a
+ * released page). */
+static int next_block(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t t, int32_t hi, block *nb) {
+    if (t >= hi || ids[t / L->page_size] < 0) return 0;
+    *nb = page_block(L, pool, ids, t, t, hi);
     return 1;
+}
+
+/* KIVI: asks for kv head h's key group at token t at once (its kernels take no hint; its values are asked
+ * for when the group is reached); nothing past the range, in the ring (small and recently written) or in a
+ * released page. */
+static void kivi_ask_group(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t h, int32_t t,
+                           int32_t hi, int32_t n_quant) {
+    if (t >= hi || t >= n_quant) return;
+    const int32_t P = L->page_size, id = ids[t / P];
+    if (id < 0) return;
+    const cpu_chan ch = cpu_page_chan(L, cpu_page(pool, L, id), h, t % P / L->group);
+    cpu_prefetch_bytes(ch.codes, L->k_row_bytes);
+    cpu_prefetch_bytes(ch.scale, (size_t)L->d_k * 2u);
+    cpu_prefetch_bytes(ch.bias, (size_t)L->d_k * 2u);
 }
 
 /* Scores, masks and accumulates block b for kv head h into its scratch. */
@@ -315,19 +321,28 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
             b = (block){base, L->group, t, end, end, cpu_page(c->pool, L, id), slot - slot % L->group, NULL, L->group};
         } else {
             b = page_block(L, c->pool, ids, t, lo, hi);
-            cpu_prefetch pk, pv;
-            if (t == lo && next_rows(L, c->pool, ids, it->kvh, t, hi, n_quant, &pk, &pv)) {
-                prefetch_now(&pk); /* later blocks are asked for by their predecessor */
+            if (t == lo) { /* later blocks are asked for by their predecessor */
+                cpu_prefetch pk, pv;
+                block_hints(L, &b, it->kvh, &pk, &pv);
+                prefetch_now(&pk);
                 prefetch_now(&pv);
             }
         }
         for (int32_t i = 0; i < it->nkvh; i++) {
             /* ask for what comes next in walk order: this block's next head, or the next block's first */
             cpu_prefetch pk, pv;
+            block nb;
             int next = 0;
-            if (b.page)
-                next = i + 1 < it->nkvh ? next_rows(L, c->pool, ids, it->kvh + i + 1, t, hi, n_quant, &pk, &pv)
-                                        : next_rows(L, c->pool, ids, it->kvh, b.next, hi, n_quant, &pk, &pv);
+            const int last = i + 1 == it->nkvh;
+            if (b.page && L->kivi) {
+                kivi_ask_group(L, c->pool, ids, last ? it->kvh : it->kvh + i + 1, last ? b.next : t, hi, n_quant);
+            } else if (b.page && !last) { /* the same block, the next head: its shape is known */
+                block_hints(L, &b, it->kvh + i + 1, &pk, &pv);
+                next = 1;
+            } else if (b.page && next_block(L, c->pool, ids, b.next, hi, &nb)) {
+                block_hints(L, &nb, it->kvh, &pk, &pv);
+                next = 1;
+            }
             attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring, next ? &pk : NULL, next ? &pv : NULL);
         }
         t = b.next;
