@@ -3,13 +3,14 @@
  *
  * Work is cut into items: (sequence, range of kv heads, tile of query rows, chunk of visible tokens). An
  * item handles every query head of its kv heads (G = Hq / Hkv) for its rows, so each K/V element is decoded
- * once per group. Decode items take all the kv heads of a chunk (fewer only when that leaves too few items to
- * keep the workers busy) and walk them head-inner, block by block: with the page layout's head blocks
- * (gokv_layout.h) that reads each page front to back, one stream the hardware prefetchers follow, instead
- * of short runs scattered a page apart. The tokens a tile can see are at most two ranges: the sink tokens
+ * once per group. Decode items take a group of kv heads (all of them when that leaves items enough to keep the
+ * workers busy, plan_cut) and walk them head-inner, block by block: with the page layout's head blocks
+ * (gokv_layout.h) that reads a page's part for the group front to back, while software prefetch asks for
+ * the next block-head ahead. The tokens a tile can see are at most two ranges: the sink tokens
  * [0, n_sink) and the window (p0 - W, p1] (or simply [0, p1] without a window); tokens outside them are never
- * read, which is what makes sliding-window layers cheap. Those ranges are laid end to end and cut into chunks
- * of C tokens (split-K): each chunk keeps an online softmax state (m, l, o) per query vector; a reduce pass combines chunks:
+ * read, which is what makes sliding-window layers cheap. Those ranges are laid end to end and, when kv heads
+ * alone give too few items, cut into chunks of C tokens (split-K): each chunk keeps an online softmax state
+ * (m, l, o) per query vector; a reduce pass combines chunks:
  *     M = max(max_c m_c, σ),   out = Σ_c e^(m_c - M) o_c / (Σ_c e^(m_c - M) l_c + e^(σ - M)).
  * A tile with a single chunk finalizes in place. Decode rows (and short prefills of <= 16 rows) are split;
  * longer prefills have parallelism enough in their tiles and use one chunk each.
@@ -28,9 +29,9 @@
 
 /* ITEMS_PER_WORKER: enough items for the pool to even out a slow worker, few enough that item starts (a
  * cold block, the queries' preparation) and the reduce stay small. q4 decode, 2 threads, 64-token pages,
- * alternating binaries: 2 per worker against 8 gave 4K 0.23-0.25 ms against 0.24-0.47, 8K 0.46-0.48
- * against 0.47-0.50, 32K and 128K 1-2% faster; 1 per worker was faster still at 4K but leaves a worker idle
- * whenever the other is held up. */
+ * alternating binaries, with chunks of all the kv heads: 2 per worker against 8 gave 4K 0.23-0.25 ms against
+ * 0.24-0.47, 8K 0.46-0.48 against 0.47-0.50, 32K and 128K 1-2% faster; 1 per worker was faster still at 4K
+ * but leaves a worker idle whenever the other is held up. */
 enum { DEFAULT_CHUNK = 512, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16, ITEM_MAX_HEADS = 16, ITEMS_PER_WORKER = 2 };
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
@@ -362,6 +363,22 @@ static void finalize(float *out, const float *o, float m, float l, int has_sink,
     for (int32_t v = 0; v < dv; v++) out[v] = o[v] * f;
 }
 
+/* dst = src · scale over n floats (restrict: the compiler may vectorize it). */
+static void scale_row(float *restrict dst, const float *restrict src, int32_t n, float scale) {
+    for (int32_t x = 0; x < n; x++) dst[x] = src[x] * scale;
+}
+
+/* Σ x over n floats in 8 interleaved partial sums: a single running sum is a chain of n dependent adds, and
+ * per item start (every query of every kv head, each key group) those chains took 6% of a 4K decode. */
+static float sum_row(const float *x, int32_t n) {
+    float acc[8] = {0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int32_t k = 0; k < 8; k++) acc[k] += x[i + k];
+    for (; i < n; i++) acc[i & 7] += x[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 static void run_item(void *ctx_, int64_t index, int32_t worker) {
     const attend_ctx *c = ctx_;
     const work_item *it = &c->items[index];
@@ -377,8 +394,8 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
         for (int32_t r = 0; r < it->nrows; r++)
             for (int32_t g = 0; g < G; g++) {
                 const int32_t i = r * G + g;
-                const float *src = d->q + ((size_t)(qrow0 + r) * d->n_heads_q + (size_t)kvh * G + g) * dk;
-                for (int32_t x = 0; x < dk; x++) s->q[(size_t)i * dk + x] = src[x] * d->scale;
+                scale_row(s->q + (size_t)i * dk, d->q + ((size_t)(qrow0 + r) * d->n_heads_q + (size_t)kvh * G + g) * dk,
+                          dk, d->scale);
                 s->pos[i] = d->q_pos[it->seq] + it->row0 + r;
                 s->m[i] = -INFINITY;
                 s->l[i] = 0.0f;
@@ -387,11 +404,7 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
         if (L->group && !L->kivi) { /* Σ q over each group, for the bias term of per-token formats */
             const int32_t ng = dk / L->group;
             for (int32_t i = 0; i < nq; i++)
-                for (int32_t j = 0; j < ng; j++) {
-                    float acc = 0.0f;
-                    for (int32_t x = j * L->group; x < (j + 1) * L->group; x++) acc += s->q[(size_t)i * dk + x];
-                    s->qsum[(size_t)i * ng + j] = acc;
-                }
+                for (int32_t j = 0; j < ng; j++) s->qsum[(size_t)i * ng + j] = sum_row(s->q + (size_t)i * dk + j * L->group, L->group);
             if (c->k->q4_prep && cpu_row_enc(L->format) == CPU_ENC_Q4) c->k->q4_prep(s->q, dk, nq, dk, L->group, s->prep);
         }
     }
@@ -468,31 +481,96 @@ static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
         }
 }
 
-/* Visible length of a tile, and its chunk count. */
-static int32_t tile_chunks(const gokv_attend_desc *d, int32_t seq, int32_t row0, int32_t nrows, int32_t n_rows_seq,
-                           int32_t chunk, int32_t *vis_len) {
+/* Visible length of the tile of nrows query rows from row0 of sequence seq. */
+static int32_t tile_len(const gokv_attend_desc *d, int32_t seq, int32_t row0, int32_t nrows) {
     seg segs[2];
     const int32_t p0 = d->q_pos[seq] + row0;
     const int32_t n = gokv_visible_ranges(d, d->kv_len[seq], p0, p0 + nrows - 1, segs);
     int32_t len = 0;
     for (int32_t s = 0; s < n; s++) len += segs[s].hi - segs[s].lo;
-    *vis_len = len;
-    if (n_rows_seq > SPLIT_MAX_ROWS || len <= chunk) return 1;
-    return (int32_t)(((int64_t)len + chunk - 1) / chunk);
+    return len;
 }
 
-/* Split-K chunk when the call leaves it to us: DEFAULT_CHUNK, or longer when the decode rows' visible tokens
- * give every worker ITEMS_PER_WORKER chunks anyway. Every item start costs a cold block (the prefetch
- * chain restarts) and a partial to reduce, so long contexts take fewer, longer chunks. */
-static int32_t default_chunk(const gokv_attend_desc *d, int32_t n_workers) {
-    int64_t total = 0;
+/* How a call's work is cut into items (cpu_attend): the decode rows of a sequence form one row tile and longer
+ * prefills tiles of rows_per_tile rows. A decode item is a chunk of a tile's visible tokens over hpi kv heads,
+ * a prefill item a tile over one kv head. */
+typedef struct cut {
+    int32_t hpi;   /* kv heads per decode item */
+    int32_t chunk; /* split-K chunk of decode tiles, in tokens */
+} cut;
+
+/* The cut when the call leaves it to us: at least ITEMS_PER_WORKER items per worker, from kv heads first: hpi
+ * is halved (from all the heads, ITEM_MAX_HEADS at most) while there are too few, and only when single heads
+ * are still too few (MQA, or a few long sequences on many workers) are the tokens cut into chunks too, as
+ * long as that leaves enough, DEFAULT_CHUNK at least. Every chunk beyond a tile's first costs an item start
+ * (the queries' preparation, a block fetched cold) and a partial to reduce: q4 decode at 4K, 2 threads, 8 kv
+ * heads, took 0.197-0.200 ms as 4 items of 2 heads against 0.221-0.227 ms as 4 chunks of 8 heads, and the
+ * same at 32K. A chunk size given by the call is kept, with heads grouped as above. */
+static cut plan_cut(const gokv_attend_desc *d, const gokv_layout *L, int32_t n_workers, int32_t rows_per_tile) {
+    int64_t n_dec = 0, n_pre = 0, total = 0; /* decode tiles, prefill tiles, decode tokens */
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
-        if (rows > 0 && rows <= SPLIT_MAX_ROWS) total += d->kv_len[s];
+        if (rows > SPLIT_MAX_ROWS) {
+            n_pre += (rows + rows_per_tile - 1) / rows_per_tile;
+        } else if (rows > 0) {
+            n_dec++;
+            total += tile_len(d, s, 0, rows);
+        }
     }
-    const int64_t per = total / ((int64_t)ITEMS_PER_WORKER * n_workers);
-    if (per <= DEFAULT_CHUNK) return DEFAULT_CHUNK;
-    return per >= (1 << 30) ? 1 << 30 : (int32_t)((per + CPU_BLOCK - 1) / CPU_BLOCK * CPU_BLOCK);
+    const int64_t want = (int64_t)ITEMS_PER_WORKER * n_workers - n_pre * L->n_kv_heads;
+    cut c = {L->n_kv_heads < ITEM_MAX_HEADS ? L->n_kv_heads : ITEM_MAX_HEADS, d->chunk_size};
+    while (c.hpi > 1 && n_dec * ((L->n_kv_heads + c.hpi - 1) / c.hpi) < want) c.hpi = (c.hpi + 1) / 2;
+    if (c.chunk > 0) return c;
+    const int64_t groups = (L->n_kv_heads + c.hpi - 1) / c.hpi;
+    if (n_dec == 0 || n_dec * groups >= want) {
+        c.chunk = INT32_MAX; /* no split */
+        return c;
+    }
+    const int64_t chunks = (want + groups - 1) / groups; /* decode chunks wanted in all */
+    const int64_t per = (total / chunks + CPU_BLOCK - 1) / CPU_BLOCK * CPU_BLOCK;
+    c.chunk = per <= DEFAULT_CHUNK ? DEFAULT_CHUNK : per >= INT32_MAX ? INT32_MAX : (int32_t)per;
+    return c;
+}
+
+/* The chunks of a decode tile of len visible tokens: equal ones of the cut's chunk, the last shorter. */
+static int32_t tile_chunks(int32_t len, int32_t chunk) {
+    return len <= chunk ? 1 : (int32_t)(((int64_t)len + chunk - 1) / chunk);
+}
+
+/* The tiles and items of a call under cut k: counts them when c->items is NULL, else fills c->tiles and
+ * c->items. */
+typedef struct plan {
+    int64_t n_tiles, n_items, n_part; /* tiles (one per kv head), items, floats of partials */
+    int32_t max_rows;                 /* the most rows of a tile */
+} plan;
+
+static plan make_plan(const attend_ctx *c, cut k) {
+    const gokv_attend_desc *d = c->d;
+    const gokv_layout *L = c->L;
+    plan pl = {0, 0, 0, 1};
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+        const int split = rows <= SPLIT_MAX_ROWS;
+        const int32_t rt = split ? rows : c->rows_per_tile, heads = split ? k.hpi : 1;
+        for (int32_t r0 = 0; r0 < rows; r0 += rt) {
+            const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
+            const int32_t len = tile_len(d, s, r0, nr), nc = split ? tile_chunks(len, k.chunk) : 1;
+            const int64_t head_part = (int64_t)nr * c->G * (L->d_v + 2);
+            for (int32_t h = 0; c->items && h < L->n_kv_heads; h++)
+                c->tiles[pl.n_tiles + h] = (tile){s, h, r0, nr, nc, pl.n_part + h * head_part};
+            for (int32_t ch = 0; ch < nc; ch++) {
+                const int32_t v0 = nc == 1 ? 0 : ch * k.chunk, v1 = ch == nc - 1 ? len : v0 + k.chunk;
+                for (int32_t h = 0; h < L->n_kv_heads; h += heads, pl.n_items++) {
+                    const int32_t nh = L->n_kv_heads - h < heads ? L->n_kv_heads - h : heads;
+                    if (c->items) c->items[pl.n_items] = (work_item){s, h, nh, r0, nr, v0, v1, ch, nc, nc > 1 ? pl.n_part : -1};
+                }
+            }
+            pl.n_tiles += L->n_kv_heads;
+            if (nc > 1) pl.n_part += (int64_t)nc * L->n_kv_heads * head_part;
+            pl.max_rows = nr > pl.max_rows ? nr : pl.max_rows;
+        }
+    }
+    return pl;
 }
 
 gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_attend_desc *d) {
@@ -506,37 +584,13 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.G = d->n_heads_q / L->n_kv_heads;
     c.rows_per_tile = PREFILL_TILE_VECTORS / c.G > 1 ? PREFILL_TILE_VECTORS / c.G : 1;
     const int32_t n_workers = cpu_threadpool_size(dev->tp);
-    const int32_t chunk = d->chunk_size > 0 ? d->chunk_size : default_chunk(d, n_workers);
-
-    /* plan: count row tiles and their chunks; decode tiles (split) group kv heads into items */
-    int64_t n_row_tiles = 0, n_split_chunks = 0, n_other_chunks = 0, n_part = 0;
-    int32_t max_rows = 1;
-    for (int32_t s = 0; s < d->n_seqs; s++) {
-        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
-        const int32_t rt = rows <= SPLIT_MAX_ROWS ? rows : c.rows_per_tile;
-        for (int32_t r0 = 0; r0 < rows; r0 += rt) {
-            const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
-            int32_t vl;
-            const int32_t nc = tile_chunks(d, s, r0, nr, rows, chunk, &vl);
-            n_row_tiles++;
-            *(rows <= SPLIT_MAX_ROWS ? &n_split_chunks : &n_other_chunks) += nc;
-            if (nc > 1) n_part += (int64_t)nc * L->n_kv_heads * nr * c.G * (L->d_v + 2);
-            max_rows = nr > max_rows ? nr : max_rows;
-        }
-    }
-    /* kv heads per decode item: all of them (up to ITEM_MAX_HEADS), halved while that leaves fewer than
-     * ITEMS_PER_WORKER items per worker */
-    int32_t hpi = L->n_kv_heads < ITEM_MAX_HEADS ? L->n_kv_heads : ITEM_MAX_HEADS;
-    while (hpi > 1 && n_split_chunks * ((L->n_kv_heads + hpi - 1) / hpi) < (int64_t)ITEMS_PER_WORKER * n_workers)
-        hpi = (hpi + 1) / 2;
-    /* items: decode chunks over groups of hpi kv heads, prefill chunks per kv head */
-    const int64_t n_items = n_split_chunks * ((L->n_kv_heads + hpi - 1) / hpi) + n_other_chunks * L->n_kv_heads;
-    const int64_t n_tiles = n_row_tiles * L->n_kv_heads;
-    c.nq_max = max_rows * c.G;
+    const cut k = plan_cut(d, L, n_workers, c.rows_per_tile);
+    const plan pl = make_plan(&c, k); /* counts */
+    c.nq_max = pl.max_rows * c.G;
     c.head_scratch_bytes = scratch_size(L, c.nq_max);
-    c.scratch_bytes = c.head_scratch_bytes * (size_t)hpi;
-    const size_t need = align_up((size_t)n_tiles * sizeof(tile)) + align_up((size_t)n_items * sizeof(work_item)) +
-                        align_up((size_t)n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + 64;
+    c.scratch_bytes = c.head_scratch_bytes * (size_t)k.hpi;
+    const size_t need = align_up((size_t)pl.n_tiles * sizeof(tile)) + align_up((size_t)pl.n_items * sizeof(work_item)) +
+                        align_up((size_t)pl.n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + 64;
 
     pthread_mutex_lock(&dev->mu);
     if (dev->ws_bytes < need) {
@@ -549,36 +603,14 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
         dev->ws_bytes = need;
     }
     uint8_t *base = (uint8_t *)(((uintptr_t)dev->ws + 63u) & ~(uintptr_t)63u);
-    c.tiles = (tile *)base, base += align_up((size_t)n_tiles * sizeof(tile));
-    c.items = (work_item *)base, base += align_up((size_t)n_items * sizeof(work_item));
-    c.parts = (float *)base, base += align_up((size_t)n_part * sizeof(float));
+    c.tiles = (tile *)base, base += align_up((size_t)pl.n_tiles * sizeof(tile));
+    c.items = (work_item *)base, base += align_up((size_t)pl.n_items * sizeof(work_item));
+    c.parts = (float *)base, base += align_up((size_t)pl.n_part * sizeof(float));
     c.scratch = base;
 
-    /* fill tiles and items */
-    int64_t ti = 0, ii = 0, part = 0;
-    for (int32_t s = 0; s < d->n_seqs; s++) {
-        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
-        const int32_t rt = rows <= SPLIT_MAX_ROWS ? rows : c.rows_per_tile;
-        const int32_t heads = rows <= SPLIT_MAX_ROWS ? hpi : 1;
-        for (int32_t r0 = 0; r0 < rows; r0 += rt) {
-            const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
-            int32_t vl;
-            const int32_t nc = tile_chunks(d, s, r0, nr, rows, chunk, &vl);
-            const int32_t per = nc > 1 ? chunk : vl;
-            const int64_t head_part = (int64_t)nr * c.G * (L->d_v + 2);
-            for (int32_t h = 0; h < L->n_kv_heads; h++) c.tiles[ti++] = (tile){s, h, r0, nr, nc, part + h * head_part};
-            for (int32_t ch = 0; ch < nc; ch++) {
-                const int32_t v0 = ch * per, v1 = ch == nc - 1 ? vl : v0 + per;
-                for (int32_t h = 0; h < L->n_kv_heads; h += heads) {
-                    const int32_t nh = L->n_kv_heads - h < heads ? L->n_kv_heads - h : heads;
-                    c.items[ii++] = (work_item){s, h, nh, r0, nr, v0, v1, ch, nc, nc > 1 ? part : -1};
-                }
-            }
-            if (nc > 1) part += (int64_t)nc * L->n_kv_heads * head_part;
-        }
-    }
-    cpu_threadpool_run(dev->tp, n_items, run_item, &c);
-    if (n_part > 0) cpu_threadpool_run(dev->tp, n_tiles, reduce_tile, &c);
+    make_plan(&c, k); /* fills */
+    cpu_threadpool_run(dev->tp, pl.n_items, run_item, &c);
+    if (pl.n_part > 0) cpu_threadpool_run(dev->tp, pl.n_tiles, reduce_tile, &c);
     pthread_mutex_unlock(&dev->mu);
     return GOKV_OK;
 }
