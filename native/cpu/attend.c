@@ -32,7 +32,7 @@
  * alternating binaries, with chunks of all the kv heads: 2 per worker against 8 gave 4K 0.23-0.25 ms against
  * 0.24-0.47, 8K 0.46-0.48 against 0.47-0.50, 32K and 128K 1-2% faster; 1 per worker was faster still at 4K
  * but leaves a worker idle whenever the other is held up. */
-enum { DEFAULT_CHUNK = 512, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16, ITEM_MAX_HEADS = 16, ITEMS_PER_WORKER = 2 };
+enum { DEFAULT_CHUNK = 512, LONG_CHUNK = 4096, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16, ITEM_MAX_HEADS = 16, ITEMS_PER_WORKER = 2 };
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
@@ -499,42 +499,48 @@ typedef struct cut {
     int32_t chunk; /* split-K chunk of decode tiles, in tokens */
 } cut;
 
-/* The cut when the call leaves it to us: at least ITEMS_PER_WORKER items per worker, from kv heads first: hpi
- * is halved (from all the heads, ITEM_MAX_HEADS at most) while there are too few, and only when single heads
- * are still too few (MQA, or a few long sequences on many workers) are the tokens cut into chunks too, as
- * long as that leaves enough, DEFAULT_CHUNK at least. Every chunk beyond a tile's first costs an item start
- * (the queries' preparation, a block fetched cold) and a partial to reduce: q4 decode at 4K, 2 threads, 8 kv
- * heads, took 0.197-0.200 ms as 4 items of 2 heads against 0.221-0.227 ms as 4 chunks of 8 heads, and the
- * same at 32K. A chunk size given by the call is kept, with heads grouped as above. */
+/* The chunks of a decode tile of len visible tokens: equal ones of the cut's chunk, the last shorter. */
+static int32_t tile_chunks(int32_t len, int32_t chunk) {
+    return len <= chunk ? 1 : (int32_t)(((int64_t)len + chunk - 1) / chunk);
+}
+
+/* The cut: at least ITEMS_PER_WORKER items per worker. Every chunk beyond a tile's first costs an item start
+ * (the queries' preparation, a block fetched cold) and a partial to reduce, which a short context feels:
+ * there the kv heads are split first (hpi halved from all of them, ITEM_MAX_HEADS at most, while there are
+ * too few items), and tokens only when single heads are still too few (MQA), DEFAULT_CHUNK at least. A long
+ * context (LONG_CHUNK tokens or more per item, cut by tokens alone) is cut by tokens over all the kv heads:
+ * its item starts are far apart, and a worker then reads its pages whole. q4 decode, 8 kv heads, 2 threads,
+ * bench_decode: at 4K, 4 items of 2 heads took 0.197-0.200 ms against 0.221-0.227 as 4 chunks of 8 heads;
+ * at 128K, 6.33-6.38 ms against 6.24-6.30 (gokv bench: 6.6-7.1 against 6.2-6.9). A chunk size given by the
+ * call is kept, with heads halved while its chunks are too few. */
 static cut plan_cut(const gokv_attend_desc *d, const gokv_layout *L, int32_t n_workers, int32_t rows_per_tile) {
-    int64_t n_dec = 0, n_pre = 0, total = 0; /* decode tiles, prefill tiles, decode tokens */
+    int64_t n_pre = 0, n_dec = 0, total = 0, chunks = 0; /* prefill tiles, decode tiles, their tokens and chunks */
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
         if (rows > SPLIT_MAX_ROWS) {
             n_pre += (rows + rows_per_tile - 1) / rows_per_tile;
         } else if (rows > 0) {
+            const int32_t len = tile_len(d, s, 0, rows);
             n_dec++;
-            total += tile_len(d, s, 0, rows);
+            total += len;
+            if (d->chunk_size > 0) chunks += tile_chunks(len, d->chunk_size);
         }
     }
     const int64_t want = (int64_t)ITEMS_PER_WORKER * n_workers - n_pre * L->n_kv_heads;
-    cut c = {L->n_kv_heads < ITEM_MAX_HEADS ? L->n_kv_heads : ITEM_MAX_HEADS, d->chunk_size};
-    while (c.hpi > 1 && n_dec * ((L->n_kv_heads + c.hpi - 1) / c.hpi) < want) c.hpi = (c.hpi + 1) / 2;
-    if (c.chunk > 0) return c;
-    const int64_t groups = (L->n_kv_heads + c.hpi - 1) / c.hpi;
-    if (n_dec == 0 || n_dec * groups >= want) {
-        c.chunk = INT32_MAX; /* no split */
+    const int32_t all = L->n_kv_heads < ITEM_MAX_HEADS ? L->n_kv_heads : ITEM_MAX_HEADS;
+    cut c = {all, d->chunk_size > 0 ? d->chunk_size : INT32_MAX};
+    if (d->chunk_size <= 0 && want > 0 && total / want >= LONG_CHUNK) { /* long: tokens over all the heads */
+        const int64_t per = (total / want + CPU_BLOCK - 1) / CPU_BLOCK * CPU_BLOCK;
+        c.chunk = per >= INT32_MAX ? INT32_MAX : (int32_t)per;
         return c;
     }
-    const int64_t chunks = (want + groups - 1) / groups; /* decode chunks wanted in all */
-    const int64_t per = (total / chunks + CPU_BLOCK - 1) / CPU_BLOCK * CPU_BLOCK;
+    if (d->chunk_size <= 0) chunks = n_dec;
+    while (c.hpi > 1 && chunks * ((L->n_kv_heads + c.hpi - 1) / c.hpi) < want) c.hpi = (c.hpi + 1) / 2;
+    const int64_t groups = (L->n_kv_heads + c.hpi - 1) / c.hpi;
+    if (d->chunk_size > 0 || n_dec == 0 || n_dec * groups >= want) return c;
+    const int64_t per = (total * groups / want + CPU_BLOCK - 1) / CPU_BLOCK * CPU_BLOCK; /* single heads: tokens too */
     c.chunk = per <= DEFAULT_CHUNK ? DEFAULT_CHUNK : per >= INT32_MAX ? INT32_MAX : (int32_t)per;
     return c;
-}
-
-/* The chunks of a decode tile of len visible tokens: equal ones of the cut's chunk, the last shorter. */
-static int32_t tile_chunks(int32_t len, int32_t chunk) {
-    return len <= chunk ? 1 : (int32_t)(((int64_t)len + chunk - 1) / chunk);
 }
 
 /* The tiles and items of a call under cut k: counts them when c->items is NULL, else fills c->tiles and
