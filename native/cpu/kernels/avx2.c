@@ -542,7 +542,7 @@ AVX2_FN static void avx2_accum_chan(const cpu_chan *ch, int32_t dv, const float 
     }
 }
 
-/* ---- exp_sum: e^x = 2^n e^r, n = round(x log2 e), |r| <= ln2/2, Cephes polynomial (~1e-7 relative).
+/* ---- exp_sum: e^x = 2^n e^r, n = round(x log2 e), |r| <= ln2/2, degree-5 polynomial (CPU_EXP_C*, 1.5e-7).
  * Below x = -87.3 (where 2^n leaves the normal range) the result is 0, as it is for -inf. ---- */
 
 AVX2_INLINE __m256 avx2_exp(__m256 x) {
@@ -552,13 +552,11 @@ AVX2_INLINE __m256 avx2_exp(__m256 x) {
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256 y = _mm256_fmadd_ps(_mm256_set1_ps(CPU_EXP_C5), r, _mm256_set1_ps(CPU_EXP_C4));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CPU_EXP_C3));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CPU_EXP_C2));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CPU_EXP_C1));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), valid);
 }

@@ -978,7 +978,7 @@ AVX512_FN static void avx512_accum_chan(const cpu_chan *ch, int32_t dv, const fl
     }
 }
 
-/* ---- exp_sum: e^x = 2^n e^r, n = round(x log2 e), |r| <= ln2/2, degree-7 (Cephes) polynomial, ~1e-7 ---- */
+/* ---- exp_sum: e^x = 2^n e^r, n = round(x log2 e), |r| <= ln2/2, degree-5 polynomial (CPU_EXP_C*), 1.5e-7 ---- */
 
 AVX512_INLINE __m512 avx512_exp(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-110.0f)); /* -inf and anything below e^-104 give exactly 0 */
@@ -986,13 +986,11 @@ AVX512_INLINE __m512 avx512_exp(__m512 x) {
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(CPU_EXP_C5), r, _mm512_set1_ps(CPU_EXP_C4));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CPU_EXP_C3));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CPU_EXP_C2));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CPU_EXP_C1));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(y, n);
 }
 

@@ -185,7 +185,7 @@ NEON_ROW_KERNELS(f32, CPU_ENC_F32)
 NEON_ROW_KERNELS(f16, CPU_ENC_F16)
 NEON_ROW_KERNELS(q4, CPU_ENC_Q4)
 
-/* ---- exp_sum: e^x = 2^n e^r, Cephes polynomial (~1e-7 relative); 0 below -87.3 and for -inf ---- */
+/* ---- exp_sum: e^x = 2^n e^r, degree-5 polynomial (CPU_EXP_C*, 1.5e-7); 0 below -87.3 and for -inf ---- */
 
 static inline float32x4_t neon_exp(float32x4_t x) {
     const uint32x4_t valid = vcgeq_f32(x, vdupq_n_f32(-87.3f));
@@ -193,13 +193,11 @@ static inline float32x4_t neon_exp(float32x4_t x) {
     const float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
     float32x4_t r = vfmsq_n_f32(x, n, 0.693359375f);
     r = vfmsq_n_f32(r, n, -2.12194440e-4f);
-    float32x4_t y = vdupq_n_f32(1.9875691500e-4f);
-    y = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), y, r);
-    y = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), y, r);
-    y = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), y, r);
-    y = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), y, r);
-    y = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), y, r);
-    y = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), y, vmulq_f32(r, r));
+    float32x4_t y = vfmaq_f32(vdupq_n_f32(CPU_EXP_C4), vdupq_n_f32(CPU_EXP_C5), r);
+    y = vfmaq_f32(vdupq_n_f32(CPU_EXP_C3), y, r);
+    y = vfmaq_f32(vdupq_n_f32(CPU_EXP_C2), y, r);
+    y = vfmaq_f32(vdupq_n_f32(CPU_EXP_C1), y, r);
+    y = vfmaq_f32(vdupq_n_f32(1.0f), y, r);
     const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
     y = vmulq_f32(y, vreinterpretq_f32_s32(e));
     return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(y), valid));
