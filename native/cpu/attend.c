@@ -210,12 +210,19 @@ static void prefetch_now(const cpu_prefetch *pf) {
         if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
 }
 
-/* The keys (pk) and values (pv) of kv head h in block b (per-token formats), as prefetch hints. */
-static void block_hints(const gokv_layout *L, const block *b, int32_t h, cpu_prefetch *pk, cpu_prefetch *pv) {
-    const cpu_rows rk = block_rows(L, b, h, 0), rv = block_rows(L, b, h, 1);
-    *pk = cpu_rows_prefetch(&rk);
-    *pv = cpu_rows_prefetch(&rv);
-    if (L->v_is_k_prefix) memset(pv->n, 0, sizeof pv->n); /* the keys already */
+/* The keys and values of kv head h in block b (per-token formats), and the same as prefetch hints. Each
+ * block-head's are formed once: as the hint its predecessor in walk order asks for, then read. */
+typedef struct head_rows {
+    cpu_rows k, v;
+    cpu_prefetch pk, pv;
+} head_rows;
+
+static void block_head_rows(const gokv_layout *L, const block *b, int32_t h, head_rows *r) {
+    r->k = block_rows(L, b, h, 0);
+    r->v = block_rows(L, b, h, 1);
+    r->pk = cpu_rows_prefetch(&r->k);
+    r->pv = cpu_rows_prefetch(&r->v);
+    if (L->v_is_k_prefix) memset(r->pv.n, 0, sizeof r->pv.n); /* the keys already */
 }
 
 /* The per-token block that starts at token t, for the hints; 0 when there is none (past the range, or a
@@ -240,9 +247,10 @@ static void kivi_ask_group(const gokv_layout *L, const cpu_pool *pool, const int
     cpu_prefetch_bytes(ch.bias, (size_t)L->d_k * 2u);
 }
 
-/* Scores, masks and accumulates block b for kv head h into its scratch. */
+/* Scores, masks and accumulates block b for kv head h into its scratch: a ring block or a KIVI key group
+ * (attend_rows takes the per-token formats). */
 static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
-                         const uint8_t *ring, const cpu_prefetch *pk, const cpu_prefetch *pv) {
+                         const uint8_t *ring) {
     const gokv_layout *L = c->L;
     const cpu_kernels *k = c->k;
     if (!b->page) { /* KIVI residual ring: fp16 rows */
@@ -272,13 +280,21 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
         }
         return;
     }
+}
+
+/* The same for block b of a per-token format, whose rows for this kv head are r; next, when not NULL, holds
+ * the hints of what comes next in walk order. */
+static void attend_rows(const attend_ctx *c, int32_t seq, const scratch *sc, int32_t nq, const block *b, const head_rows *r,
+                        const head_rows *next) {
+    const gokv_layout *L = c->L;
+    const cpu_kernels *k = c->k;
     const int32_t enc = cpu_row_enc(L->format);
-    cpu_rows rk = block_rows(L, b, h, 0), rv = block_rows(L, b, h, 1);
-    if (pk && !k->spreads_prefetch) { /* this table's kernels ignore hints: ask for it all now */
-        prefetch_now(pk);
-        prefetch_now(pv);
-    } else if (pk) {
-        rk.pf = pk, rv.pf = pv;
+    cpu_rows rk = r->k, rv = r->v;
+    if (next && !k->spreads_prefetch) { /* this table's kernels ignore hints: ask for it all now */
+        prefetch_now(&next->pk);
+        prefetch_now(&next->pv);
+    } else if (next) {
+        rk.pf = &next->pk, rv.pf = &next->pv;
     }
     k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
@@ -299,12 +315,15 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
     const int32_t *ids = d->page_ids + d->page_indptr[seq];
     const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
     const uint8_t *ring = L->kivi && kv_len > n_quant ? cpu_ring(c->pool, L, d->residual_slot[seq]) : NULL;
+    head_rows rows[2], *cur = &rows[0], *nxt = &rows[1];
+    int have_cur = 0; /* cur holds the rows of the block at t, head it->kvh (asked for by its predecessor) */
     int32_t t = lo;
     while (t < hi) {
         const int32_t id = ids[t / P], slot = t % P;
         const int32_t page_end = t - slot + P;
         if (id < 0) { /* released page: nothing visible, even tokens still in a KIVI ring */
             t = page_end;
+            have_cur = 0;
             continue;
         }
         block b;
@@ -322,29 +341,36 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
             b = (block){base, L->group, t, end, end, cpu_page(c->pool, L, id), slot - slot % L->group, NULL, L->group};
         } else {
             b = page_block(L, c->pool, ids, t, lo, hi);
-            if (t == lo) { /* later blocks are asked for by their predecessor */
-                cpu_prefetch pk, pv;
-                block_hints(L, &b, it->kvh, &pk, &pv);
-                prefetch_now(&pk);
-                prefetch_now(&pv);
+            if (!have_cur) { /* the range's first block (or one after a released page): asked for now */
+                block_head_rows(L, &b, it->kvh, cur);
+                prefetch_now(&cur->pk);
+                prefetch_now(&cur->pv);
             }
         }
         for (int32_t i = 0; i < it->nkvh; i++) {
-            /* ask for what comes next in walk order: this block's next head, or the next block's first */
-            cpu_prefetch pk, pv;
-            block nb;
-            int next = 0;
             const int last = i + 1 == it->nkvh;
-            if (b.page && L->kivi) {
-                kivi_ask_group(L, c->pool, ids, last ? it->kvh : it->kvh + i + 1, last ? b.next : t, hi, n_quant);
-            } else if (b.page && !last) { /* the same block, the next head: its shape is known */
-                block_hints(L, &b, it->kvh + i + 1, &pk, &pv);
-                next = 1;
-            } else if (b.page && next_block(L, c->pool, ids, b.next, hi, &nb)) {
-                block_hints(L, &nb, it->kvh, &pk, &pv);
-                next = 1;
+            if (!b.page) {
+                attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring);
+                continue;
             }
-            attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring, next ? &pk : NULL, next ? &pv : NULL);
+            if (L->kivi) {
+                kivi_ask_group(L, c->pool, ids, last ? it->kvh : it->kvh + i + 1, last ? b.next : t, hi, n_quant);
+                attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring);
+                continue;
+            }
+            /* what comes next in walk order: this block's next head, or the next block's first */
+            block nb;
+            have_cur = 0;
+            if (!last) {
+                block_head_rows(L, &b, it->kvh + i + 1, nxt);
+                have_cur = 1;
+            } else if (next_block(L, c->pool, ids, b.next, hi, &nb)) {
+                block_head_rows(L, &nb, it->kvh, nxt);
+                have_cur = 1;
+            }
+            attend_rows(c, seq, &sc[i], nq, &b, cur, have_cur ? nxt : NULL);
+            head_rows *const tmp = cur;
+            cur = nxt, nxt = tmp;
         }
         t = b.next;
     }
