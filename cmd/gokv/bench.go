@@ -272,7 +272,9 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 		for fi, f := range formats {
 			i := fi + 1
 			out := make([]float32, B*T*Hq*d)
-			ms, err := timeIt(o.minTime, 3, 50, func() error { return bridge.Attend(dev, batch(i, out, 0)) })
+			// Up to 1000 runs: a 4K decode takes about 0.2 ms on two cores, and 50 runs (10 ms) let one
+			// burst of a noisy machine move its median by a third.
+			ms, err := timeIt(o.minTime, 3, 1000, func() error { return bridge.Attend(dev, batch(i, out, 0)) })
 			if err != nil {
 				return nil, fmt.Errorf("format %s at context %d: %w", f, S, err)
 			}
