@@ -395,7 +395,8 @@ static void scale_row(float *restrict dst, const float *restrict src, int32_t n,
 }
 
 /* Σ x over n floats in 8 interleaved partial sums: a single running sum is a chain of n dependent adds, and
- * per item start (every query of every kv head, each key group) those chains took 6% of a 4K decode. */
+ * an item start runs one per query, kv head and key group (4 x 4 chains of 32 adds, about 2000 cycles per
+ * kv head at d = 128, g = 32). */
 static float sum_row(const float *x, int32_t n) {
     float acc[8] = {0};
     int32_t i = 0;
