@@ -376,24 +376,11 @@ AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float
 #undef AVX2_SCORE_Q4
 }
 
-#define AVX2_ACCUM_KERNEL(name, enc)                                                                                  \
-    AVX2_FN static void avx2_accum_rows_##name(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq, \
-                                               float *o, size_t ldo) {                                               \
-        avx2_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, enc);                                                        \
-    }
-#define AVX2_ROW_KERNELS(name, enc)                                                                                   \
-    AVX2_FN static void avx2_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq,             \
-                                               const float *qsum, const void *prep, int32_t nq, float *s,            \
-                                               size_t lds) {                                                         \
-        (void)qsum, (void)prep; /* the bias is folded into the dequantized slab */                                \
-        avx2_score_rows_impl(r, d, q, ldq, nq, s, lds, enc);                                                         \
-    }                                                                                                                \
-    AVX2_ACCUM_KERNEL(name, enc)
-AVX2_ROW_KERNELS(f32, CPU_ENC_F32)
-AVX2_ROW_KERNELS(f16, CPU_ENC_F16)
-AVX2_ROW_KERNELS(q8, CPU_ENC_Q8)
-AVX2_ACCUM_KERNEL(q4, CPU_ENC_Q4) /* scores: avx2_score_rows_q4 above */
-AVX2_ROW_KERNELS(q2, CPU_ENC_Q2)
+CPU_ROW_ENTRIES(avx2, AVX2_FN, f32, CPU_ENC_F32)
+CPU_ROW_ENTRIES(avx2, AVX2_FN, f16, CPU_ENC_F16)
+CPU_ROW_ENTRIES(avx2, AVX2_FN, q8, CPU_ENC_Q8)
+CPU_ACCUM_ENTRY(avx2, AVX2_FN, q4, CPU_ENC_Q4) /* scores: avx2_score_rows_q4 above */
+CPU_ROW_ENTRIES(avx2, AVX2_FN, q2, CPU_ENC_Q2)
 
 /* ---- KIVI keys (per channel): tokens in lanes, 16 tokens per piece ---- */
 

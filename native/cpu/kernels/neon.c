@@ -171,19 +171,9 @@ static inline __attribute__((always_inline)) void neon_accum_rows_impl(const cpu
     }
 }
 
-#define NEON_ROW_KERNELS(name, enc)                                                                                   \
-    static void neon_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,  \
-                                       const void *prep, int32_t nq, float *s, size_t lds) {                         \
-        (void)qsum, (void)prep; /* the bias is folded into the dequantized slab */                                \
-        neon_score_rows_impl(r, d, q, ldq, nq, s, lds, enc);                                                         \
-    }                                                                                                                \
-    static void neon_accum_rows_##name(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq,         \
-                                       float *o, size_t ldo) {                                                       \
-        neon_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, enc);                                                        \
-    }
-NEON_ROW_KERNELS(f32, CPU_ENC_F32)
-NEON_ROW_KERNELS(f16, CPU_ENC_F16)
-NEON_ROW_KERNELS(q4, CPU_ENC_Q4)
+CPU_ROW_ENTRIES(neon, , f32, CPU_ENC_F32)
+CPU_ROW_ENTRIES(neon, , f16, CPU_ENC_F16)
+CPU_ROW_ENTRIES(neon, , q4, CPU_ENC_Q4)
 
 /* ---- exp_sum: e^x = 2^n e^r, degree-5 polynomial (CPU_EXP_C*, 1.5e-7); 0 below -87.3 and for -inf ---- */
 
