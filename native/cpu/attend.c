@@ -56,6 +56,7 @@ typedef struct attend_ctx {
     const cpu_pool *pool;
     const cpu_kernels *k;
     int32_t G, rows_per_tile, nq_max;
+    int values_ask_all; /* the values kernel asks for the next block-head's keys too (prefetch_now) */
     work_item *items;
     tile *tiles;
     float *parts;       /* partial (m, l, o[d_v]) per query vector of split items */
@@ -204,7 +205,15 @@ static cpu_rows block_rows(const gokv_layout *L, const block *b, int32_t h, int3
  * scales and biases at d = 128, q4): the hardware prefetchers follow a page's head blocks, but they restart
  * at every page and item. The SIMD kernels spread the request over their arithmetic (cpu_prefetch): asked
  * for at once, its ~300 lines stall the kernel's own loads. bench_kernels on a 2-core Zen 5, q4 blocks
- * walked from DRAM: 1.77x the in-cache time asked for at once, 1.11x spread (1.93x with no prefetch). */
+ * walked from DRAM: 1.77x the in-cache time asked for at once, 1.11x spread (1.93x with no prefetch).
+ * Each kernel asks for its own half (scores the keys, values the values), except behind the VNNI q4
+ * scores: they are paced by load slots (avx512.c), which a prefetch takes too, while the values kernel has
+ * slots to spare, so it asks for all of it, keys first. bench_kernels: with each kernel asking for its own
+ * half, the scores took 1.18x their in-cache time in the walk and the values 1.07x; with the values asking
+ * for both, 1.01x and 1.11x, and the block 1.08x instead of 1.14x. bench_decode, q4, 2 threads: 4K
+ * 0.200-0.206 -> 0.191-0.193 ms, 32K 1.56-1.81 -> 1.51-1.52. Not for f16 and q8, whose scores are not
+ * load-bound and whose blocks are larger: at 32K all asked for by the values took f16 from 3.39-3.60 ms
+ * to 3.75-4.19, and q8 from 1.98-2.05 to 2.16-2.38. */
 static void prefetch_now(const cpu_prefetch *pf) {
     for (int i = 0; i < CPU_PREFETCH_REGIONS; i++)
         if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
@@ -214,15 +223,21 @@ static void prefetch_now(const cpu_prefetch *pf) {
  * block-head's are formed once: as the hint its predecessor in walk order asks for, then read. */
 typedef struct head_rows {
     cpu_rows k, v;
-    cpu_prefetch pk, pv;
+    cpu_prefetch pk, pv; /* the hints for the scores kernel and for the values kernel (prefetch_now) */
 } head_rows;
 
-static void block_head_rows(const gokv_layout *L, const block *b, int32_t h, head_rows *r) {
+static void block_head_rows(const attend_ctx *c, const block *b, int32_t h, head_rows *r) {
+    const gokv_layout *L = c->L;
     r->k = block_rows(L, b, h, 0);
     r->v = block_rows(L, b, h, 1);
-    r->pk = cpu_rows_prefetch(&r->k);
-    r->pv = cpu_rows_prefetch(&r->v);
-    if (L->v_is_k_prefix) memset(r->pv.n, 0, sizeof r->pv.n); /* the keys already */
+    const cpu_rows *v = L->v_is_k_prefix ? NULL : &r->v; /* the keys already */
+    if (c->values_ask_all) {
+        r->pk = (cpu_prefetch){{0}, {0}};
+        r->pv = cpu_rows_prefetch(&r->k, v);
+    } else {
+        r->pk = cpu_rows_prefetch(&r->k, NULL);
+        r->pv = v ? cpu_rows_prefetch(v, NULL) : (cpu_prefetch){{0}, {0}};
+    }
 }
 
 /* The per-token block that starts at token t, for the hints; 0 when there is none (past the range, or a
@@ -267,7 +282,7 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
         cpu_chan ch = cpu_page_chan(L, b->page, h, b->slot / L->group);
         const cpu_rows rv = cpu_page_rows(L, b->page, h, 1, b->slot, b->n);
         if (!L->v_is_k_prefix) {
-            const cpu_prefetch now = cpu_rows_prefetch(&rv);
+            const cpu_prefetch now = cpu_rows_prefetch(&rv, NULL);
             prefetch_now(&now);
         }
         k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s, CPU_BLOCK);
@@ -342,7 +357,7 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
         } else {
             b = page_block(L, c->pool, ids, t, lo, hi);
             if (!have_cur) { /* the range's first block (or one after a released page): asked for now */
-                block_head_rows(L, &b, it->kvh, cur);
+                block_head_rows(c, &b, it->kvh, cur);
                 prefetch_now(&cur->pk);
                 prefetch_now(&cur->pv);
             }
@@ -362,10 +377,10 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
             block nb;
             have_cur = 0;
             if (!last) {
-                block_head_rows(L, &b, it->kvh + i + 1, nxt);
+                block_head_rows(c, &b, it->kvh + i + 1, nxt);
                 have_cur = 1;
             } else if (next_block(L, c->pool, ids, b.next, hi, &nb)) {
-                block_head_rows(L, &nb, it->kvh, nxt);
+                block_head_rows(c, &nb, it->kvh, nxt);
                 have_cur = 1;
             }
             attend_rows(c, seq, &sc[i], nq, &b, cur, have_cur ? nxt : NULL);
@@ -615,6 +630,7 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.pool = pool;
     c.k = cpu_kernels_for_call(d->flags);
     c.G = d->n_heads_q / L->n_kv_heads;
+    c.values_ask_all = cpu_row_enc(L->format) == CPU_ENC_Q4 && c.k->q4_prep != NULL;
     c.rows_per_tile = PREFILL_TILE_VECTORS / c.G > 1 ? PREFILL_TILE_VECTORS / c.G : 1;
     const int32_t n_workers = cpu_threadpool_size(dev->tp);
     const cut k = plan_cut(d, L, n_workers, c.rows_per_tile);

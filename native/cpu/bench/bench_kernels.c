@@ -4,8 +4,10 @@
  *   1. one block over and over (in L1/L2): ns per block for scores and for values, and the fraction of
  *      the FMA peak it is (peak given by -ghz, 2 zmm FMAs per cycle);
  *   2. a walk over -mb MB of blocks (from DRAM), scores then values per block as attend.c runs them, with
- *      the next block asked for three ways: not at all, at once (prefetch before the kernels), and spread
- *      (the cpu_prefetch hint the kernels ask for a slice at a time).
+ *      the next block asked for four ways: not at all, at once (prefetch before the kernels), spread with
+ *      each kernel asking for its own half (scores the keys, values the values), and spread with the
+ *      values kernel asking for all of it, keys first (attend.c); a cpu_prefetch hint is asked for a slice
+ *      at a time.
  * The kernel author's loop, not a test. Build by hand:
  *   gcc -std=c11 -O2 -I bridge -I native/cpu native/cpu/bench/bench_kernels.c bridge/gokv_core.c \
  *       bridge/gokv_layout.c bridge/gokv_validate.c bridge/gokv_unity.c -lm -lpthread
@@ -52,7 +54,8 @@ static void run_block(const cpu_kernels *k, uint8_t *mem, long b, const cpu_pref
     k->accum_rows[CPU_ENC_Q4](&rv, D, s, N, NQ, o, D);
 }
 
-/* ns per block over the walk of n blocks; mode 0: no prefetch, 1: at once, 2: spread. Best of reps. */
+/* ns per block over the walk of n blocks; mode 0: no prefetch, 1: at once, 2: spread, each kernel its half,
+ * 3: spread, all by the values kernel. Best of reps. */
 static double walk(const cpu_kernels *k, uint8_t *mem, long n, int mode, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -60,12 +63,15 @@ static double walk(const cpu_kernels *k, uint8_t *mem, long n, int mode, int rep
         for (long b = 0; b < n; b++) {
             const long nb = b + 1 < n ? b + 1 : b;
             const cpu_rows nk = rows(mem, nb, 0), nv = rows(mem, nb, 1);
-            const cpu_prefetch pk = cpu_rows_prefetch(&nk), pv = cpu_rows_prefetch(&nv);
+            const cpu_prefetch pk = cpu_rows_prefetch(&nk, NULL), pv = cpu_rows_prefetch(&nv, NULL);
+            const cpu_prefetch both = cpu_rows_prefetch(&nk, &nv);
             if (mode == 1) {
-                for (int i = 0; i < CPU_PREFETCH_REGIONS; i++) cpu_prefetch_bytes(pk.p[i], pk.n[i]), cpu_prefetch_bytes(pv.p[i], pv.n[i]);
+                for (int i = 0; i < CPU_PREFETCH_REGIONS; i++) cpu_prefetch_bytes(both.p[i], both.n[i]);
                 run_block(k, mem, b, NULL, NULL);
+            } else if (mode == 2) {
+                run_block(k, mem, b, &pk, &pv);
             } else {
-                run_block(k, mem, b, mode == 2 ? &pk : NULL, mode == 2 ? &pv : NULL);
+                run_block(k, mem, b, NULL, mode == 3 ? &both : NULL);
             }
         }
         const double dt = (now() - t0) / (double)n * 1e9;
@@ -123,10 +129,10 @@ int main(int argc, char **argv) {
 
     /* 2. the walk */
     printf("walk over %.0f MB (%ld blocks of %d bytes), ns per block (scores + values):\n", bytes / 1e6, n, BLOCK);
-    const char *names[3] = {"no prefetch", "next block at once", "next block spread (cpu_prefetch)"};
+    const char *names[4] = {"no prefetch", "next block at once", "spread, each kernel its half", "spread, all by values (attend.c)"};
     const double in_cache = walk(k, mem, 4, 0, 2000);
     printf("  %-34s %8.0f\n", "4 blocks, in cache", in_cache);
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 4; mode++) {
         const double t = walk(k, mem, n, mode, 3);
         printf("  %-34s %8.0f  (%.2fx in cache)\n", names[mode], t, t / in_cache);
     }

@@ -24,7 +24,8 @@ enum { CPU_BLOCK = 128 };
 /* How the elements of a per-token row are encoded. */
 enum { CPU_ENC_F32 = 0, CPU_ENC_F16, CPU_ENC_Q8, CPU_ENC_Q4, CPU_ENC_Q2, CPU_ENC_COUNT };
 
-enum { CPU_PREFETCH_REGIONS = 6, CPU_RUN_ALIGN = 32 };
+/* A prefetch hint holds a block-head's keys and values: codes, scales and biases of up to two runs each. */
+enum { CPU_PREFETCH_REGIONS = 12, CPU_RUN_ALIGN = 32 };
 
 /* The SIMD exp_sum's polynomial: e^r ~ 1 + C1 r + ... + C5 r^5 for |r| <= ln2/2, minimax in relative error
  * with the constant held at 1, so that e^0 is exactly 1 (one visible token returns its value exactly): 9.1e-8,
