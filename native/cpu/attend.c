@@ -210,10 +210,10 @@ static cpu_rows block_rows(const gokv_layout *L, const block *b, int32_t h, int3
  * scores: they are paced by load slots (avx512.c), which a prefetch takes too, while the values kernel has
  * slots to spare, so it asks for all of it, keys first. bench_kernels: with each kernel asking for its own
  * half, the scores took 1.18x their in-cache time in the walk and the values 1.07x; with the values asking
- * for both, 1.01x and 1.11x, and the block 1.08x instead of 1.14x. bench_decode, q4, 2 threads: 4K
- * 0.200-0.206 -> 0.191-0.193 ms, 32K 1.56-1.81 -> 1.51-1.52. Not for f16 and q8, whose scores are not
- * load-bound and whose blocks are larger: at 32K all asked for by the values took f16 from 3.39-3.60 ms
- * to 3.75-4.19, and q8 from 1.98-2.05 to 2.16-2.38. */
+ * for both, 1.01x and 1.11x, and the block 1.08x instead of 1.14x. bench_decode, q4, 2 threads, seven
+ * alternating runs: 4K 0.194-0.206 -> 0.190-0.195 ms, 32K 1.56-1.83 -> 1.51-1.60. Not for f16 and q8,
+ * whose scores are not load-bound and whose blocks are larger: at 32K all asked for by the values took
+ * f16 from 3.39-3.60 ms to 3.75-4.19, and q8 from 1.98-2.05 to 2.16-2.38. */
 static void prefetch_now(const cpu_prefetch *pf) {
     for (int i = 0; i < CPU_PREFETCH_REGIONS; i++)
         if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
