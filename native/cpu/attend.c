@@ -56,7 +56,7 @@ typedef struct attend_ctx {
     const cpu_pool *pool;
     const cpu_kernels *k;
     int32_t G, rows_per_tile, nq_max;
-    int values_ask_all; /* the values kernel asks for the next block-head's keys too (prefetch_now) */
+    int values_ask_all; /* the values kernel asks for the next block-head's keys too (values_take_hint) */
     work_item *items;
     tile *tiles;
     float *parts;       /* partial (m, l, o[d_v]) per query vector of split items */
@@ -206,9 +206,9 @@ static cpu_rows block_rows(const gokv_layout *L, const block *b, int32_t h, int3
  * at every page and item. The SIMD kernels spread the request over their arithmetic (cpu_prefetch): asked
  * for at once, its ~300 lines stall the kernel's own loads. bench_kernels on a 2-core Zen 5, q4 blocks
  * walked from DRAM: 1.77x the in-cache time asked for at once, 1.11x spread (1.93x with no prefetch).
- * Each kernel asks for its own half (scores the keys, values the values), except behind the VNNI q4
- * scores: they are paced by load slots (avx512.c), which a prefetch takes too, while the values kernel has
- * slots to spare, so it asks for all of it, keys first. bench_kernels: with each kernel asking for its own
+ * Each kernel asks for its own half (scores the keys, values the values), except where the kernel table
+ * says so (values_take_hint: the VNNI q4 scores): those scores are paced by load slots (avx512.c), which a
+ * prefetch takes too, while the values kernel has slots to spare, so it asks for all of it, keys first. bench_kernels: with each kernel asking for its own
  * half, the scores took 1.18x their in-cache time in the walk and the values 1.07x; with the values asking
  * for both, 1.01x and 1.11x, and the block 1.08x instead of 1.14x. bench_decode, q4, 2 threads, seven
  * alternating runs: 4K 0.194-0.206 -> 0.190-0.195 ms, 32K 1.56-1.83 -> 1.51-1.60. Not for f16 and q8,
@@ -630,7 +630,7 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.pool = pool;
     c.k = cpu_kernels_for_call(d->flags);
     c.G = d->n_heads_q / L->n_kv_heads;
-    c.values_ask_all = cpu_row_enc(L->format) == CPU_ENC_Q4 && c.k->q4_prep != NULL;
+    c.values_ask_all = c.k->values_take_hint[cpu_row_enc(L->format)];
     c.rows_per_tile = PREFILL_TILE_VECTORS / c.G > 1 ? PREFILL_TILE_VECTORS / c.G : 1;
     const int32_t n_workers = cpu_threadpool_size(dev->tp);
     const cut k = plan_cut(d, L, n_workers, c.rows_per_tile);

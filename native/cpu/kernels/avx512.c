@@ -1053,6 +1053,7 @@ void cpu_kernels_fill_avx512(cpu_kernels *k) {
     if (__builtin_cpu_supports("avx512vnni")) {
         k->score_rows[CPU_ENC_Q4] = avx512_score_rows_q4_vnni;
         k->q4_prep = avx512_q4_prep;
+        k->values_take_hint[CPU_ENC_Q4] = 1; /* paced by load slots: attend.c, prefetch_now */
     }
 }
 #endif

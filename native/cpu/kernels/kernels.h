@@ -135,6 +135,10 @@ typedef struct cpu_kernels {
     void (*dequant_row)(const cpu_rows *r, int32_t t, int32_t d, float *out);
     /* 1: score_rows and accum_rows ask for r->pf a slice at a time; 0: they ignore it (the caller asks at once) */
     int32_t spreads_prefetch;
+    /* With spreads_prefetch, per encoding: 1 when score_rows has no load slots to spare for prefetches (the
+     * AVX-512 VNNI q4 kernel), so that the caller hands accum_rows the next block-head's keys and values
+     * and score_rows nothing; 0: each kernel gets its own half. */
+    int32_t values_take_hint[CPU_ENC_COUNT];
 } cpu_kernels;
 
 /* Asks for the cache line at p (a hint: never faults). */
