@@ -196,7 +196,8 @@ gokv_status gokv_pool_copy(gokv_pool *pool, const gokv_copy_desc *desc);
 
 /* ---- attention (DESIGN.md §5) ---- */
 enum {
-    /* Use the dequantize-then-attend baseline (materializes f32 K/V, then attends): benchmarks only. */
+    /* Use the dequantize-then-attend baseline (materializes f32 K/V, then attends): benchmarks only. The
+     * CPU backend keeps the f32 copy's memory on the device, grown to the largest call, until it closes. */
     GOKV_ATTEND_DEQUANT_BASELINE = 1u << 0,
     /* Use the plain scalar kernels even where a SIMD path exists (tests compare the two). */
     GOKV_ATTEND_FORCE_SCALAR = 1u << 1,

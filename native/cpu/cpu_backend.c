@@ -126,6 +126,7 @@ static gokv_status cpu_device_open(const gokv_device_desc *desc, void **impl) {
         return gokv_set_error(GOKV_ENOMEM, "gokv_device_open: cannot start %d cpu worker threads", desc->n_threads);
     }
     pthread_mutex_init(&dev->mu, NULL);
+    pthread_mutex_init(&dev->base_mu, NULL);
     *impl = dev;
     return GOKV_OK;
 }
@@ -134,7 +135,9 @@ static void cpu_device_close(void *impl) {
     cpu_device *dev = impl;
     cpu_threadpool_destroy(dev->tp);
     pthread_mutex_destroy(&dev->mu);
+    pthread_mutex_destroy(&dev->base_mu);
     free(dev->ws);
+    free(dev->base_pages);
     free(dev);
 }
 

@@ -19,6 +19,9 @@ typedef struct cpu_device {
     pthread_mutex_t mu; /* one attention call at a time: it owns the workspace below */
     void *ws;           /* attention workspace, grown on demand and kept (no allocation in steady state) */
     size_t ws_bytes;
+    pthread_mutex_t base_mu; /* one baseline call at a time: it owns the f32 pages below */
+    void *base_pages;        /* the dequantize-then-attend baseline's f32 copy, grown on demand and kept */
+    size_t base_bytes;
 } cpu_device;
 
 /* A pool's memory: calloc'd, or an anonymous mapping of `mapped` bytes (cpu_backend.c). */
@@ -154,9 +157,10 @@ gokv_status cpu_pool_read(void *dev, void *pool, const gokv_layout *L, const gok
 gokv_status cpu_pool_copy(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *d);
 gokv_status cpu_attend(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *d);
 
-/* Reads tokens [start, start + n) of one sequence as f32 rows [n][Hkv][d] (k_out, and v_out unless NULL). */
-void cpu_read_sequence(const cpu_pool *p, const gokv_layout *L, const int32_t *ids, int32_t kv_len, int32_t slot,
-                       int32_t start, int32_t n, float *k_out, float *v_out);
+/* Reads tokens [start, start + n) of one sequence as f32 rows [n][Hkv][d] (k_out, and v_out unless NULL),
+ * dequantized by kern's dequant_row (gokv_pool_read: the scalar table, the reference). */
+void cpu_read_sequence(const cpu_kernels *kern, const cpu_pool *p, const gokv_layout *L, const int32_t *ids, int32_t kv_len,
+                       int32_t slot, int32_t start, int32_t n, float *k_out, float *v_out);
 
 /* The dequantize-then-attend baseline (DESIGN.md §9's comparison point): baseline.c. */
 gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, const gokv_layout *L,
