@@ -208,8 +208,8 @@ static cpu_rows block_rows(const gokv_layout *L, const block *b, int32_t h, int3
  * walked from DRAM: 1.77x the in-cache time asked for at once, 1.11x spread (1.93x with no prefetch).
  * Each kernel asks for its own half (scores the keys, values the values), except where the kernel table
  * says so (values_take_hint: the VNNI q4 scores): those scores are paced by load slots (avx512.c), which a
- * prefetch takes too, while the values kernel has slots to spare, so it asks for all of it, keys first. bench_kernels: with each kernel asking for its own
- * half, the scores took 1.18x their in-cache time in the walk and the values 1.07x; with the values asking
+ * prefetch takes too, while the values kernel has slots to spare, so it asks for all of it, keys first.
+ * bench_kernels: with each kernel asking for its own half, the scores took 1.18x their in-cache time in the walk and the values 1.07x; with the values asking
  * for both, 1.01x and 1.11x, and the block 1.08x instead of 1.14x. bench_decode, q4, 2 threads, seven
  * alternating runs: 4K 0.194-0.206 -> 0.190-0.195 ms, 32K 1.56-1.83 -> 1.51-1.60. Not for f16 and q8,
  * whose scores are not load-bound and whose blocks are larger: at 32K all asked for by the values took
@@ -639,19 +639,14 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.head_scratch_bytes = scratch_size(L, c.nq_max);
     c.scratch_bytes = c.head_scratch_bytes * (size_t)k.hpi;
     const size_t need = align_up((size_t)pl.n_tiles * sizeof(tile)) + align_up((size_t)pl.n_items * sizeof(work_item)) +
-                        align_up((size_t)pl.n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + 64;
+                        align_up((size_t)pl.n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers;
 
     pthread_mutex_lock(&dev->mu);
-    if (dev->ws_bytes < need) {
-        void *ws = realloc(dev->ws, need);
-        if (!ws) {
-            pthread_mutex_unlock(&dev->mu);
-            return gokv_set_error(GOKV_ENOMEM, "gokv_attend: cannot allocate %zu bytes of workspace", need);
-        }
-        dev->ws = ws;
-        dev->ws_bytes = need;
+    if (!cpu_buffer_reserve(&dev->ws, &dev->ws_bytes, need)) {
+        pthread_mutex_unlock(&dev->mu);
+        return gokv_set_error(GOKV_ENOMEM, "gokv_attend: cannot allocate %zu bytes of workspace", need);
     }
-    uint8_t *base = (uint8_t *)(((uintptr_t)dev->ws + 63u) & ~(uintptr_t)63u);
+    uint8_t *base = dev->ws;
     c.tiles = (tile *)base, base += align_up((size_t)pl.n_tiles * sizeof(tile));
     c.items = (work_item *)base, base += align_up((size_t)pl.n_items * sizeof(work_item));
     c.parts = (float *)base, base += align_up((size_t)pl.n_part * sizeof(float));

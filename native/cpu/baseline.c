@@ -58,14 +58,10 @@ gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, c
     const size_t row_floats = (size_t)L->page_size * L->n_kv_heads * (L->d_k + L->d_v);
     const size_t bytes = (size_t)fd.n_pages * F.page_bytes;
     pthread_mutex_lock(&dev->base_mu);
-    if (dev->base_bytes < bytes) { /* grown, never shrunk: slots past a page's tokens are never read */
-        free(dev->base_pages);
-        if (posix_memalign(&dev->base_pages, 64, bytes) != 0) dev->base_pages = NULL; /* pages: 64-byte aligned */
-        dev->base_bytes = dev->base_pages ? bytes : 0;
-    }
+    /* kept between calls, not zeroed: slots past a page's tokens are never read */
     cpu_pool tmp = {0};
     tmp.n_pages = fd.n_pages;
-    tmp.pages = dev->base_pages;
+    tmp.pages = cpu_buffer_reserve(&dev->base_pages, &dev->base_bytes, bytes) ? dev->base_pages : NULL;
     int64_t *page_seq = malloc((size_t)(n_pages > 0 ? n_pages : 1) * sizeof *page_seq);
     int32_t *ids = malloc((size_t)(n_pages > 0 ? n_pages : 1) * sizeof *ids);
     float *rows = malloc(row_floats * workers * sizeof(float));

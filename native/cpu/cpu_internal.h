@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "gokv_backend.h"
 #include "gokv_cpu.h"
@@ -17,12 +18,22 @@ typedef struct cpu_device {
     cpu_threadpool *tp;
     int32_t n_threads;
     pthread_mutex_t mu; /* one attention call at a time: it owns the workspace below */
-    void *ws;           /* attention workspace, grown on demand and kept (no allocation in steady state) */
+    void *ws;           /* attention workspace, kept between calls (cpu_buffer_reserve) */
     size_t ws_bytes;
     pthread_mutex_t base_mu; /* one baseline call at a time: it owns the f32 pages below */
-    void *base_pages;        /* the dequantize-then-attend baseline's f32 copy, grown on demand and kept */
+    void *base_pages;        /* the dequantize-then-attend baseline's f32 copy, kept (cpu_buffer_reserve) */
     size_t base_bytes;
 } cpu_device;
+
+/* Makes *buf hold at least need bytes, 64-byte aligned: grown (its contents dropped) when too small, never
+ * shrunk, so that calls in steady state allocate nothing. Returns 0 when it cannot (*buf NULL, *have 0). */
+static inline int cpu_buffer_reserve(void **buf, size_t *have, size_t need) {
+    if (*buf && *have >= need) return 1;
+    free(*buf);
+    if (posix_memalign(buf, 64, need ? need : 64) != 0) *buf = NULL;
+    *have = *buf ? need : 0;
+    return *buf != NULL;
+}
 
 /* A pool's memory: calloc'd, or an anonymous mapping of `mapped` bytes (cpu_backend.c). */
 typedef struct pool_mem {
