@@ -35,6 +35,8 @@ func newBenchCmd(g *globalOpts) *cobra.Command {
 (keys N(0,1) with 8 of 128 channels x4, values N(0,1)), and reports per row:
 
   ms                   median of several runs after a warm-up (runs chosen by time, --min-time each)
+  ms_p10, ms_p90       the 10th and 90th percentiles of the same runs: their spread shows how noisy the
+                       machine was (a shared or virtual machine's other load lands on some runs only)
   gbps                 compressed bytes touched / time
   gflops               2*Hq*S*(dk+dv)*batch / time (prefill: summed over the causal rows)
   floor_ms, floor_frac the machine's floor max(bytes / read bandwidth, flops / peak), both measured by
@@ -80,6 +82,8 @@ type benchRow struct {
 	HeadDim           int      `json:"head_dim"`
 	Threads           int      `json:"threads"`
 	Ms                float64  `json:"ms"`
+	MsP10             float64  `json:"ms_p10"`
+	MsP90             float64  `json:"ms_p90"`
 	GBps              float64  `json:"gbps"`
 	GFLOPs            float64  `json:"gflops"`
 	FloorMs           float64  `json:"floor_ms"`
@@ -274,7 +278,7 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 			out := make([]float32, B*T*Hq*d)
 			// Up to 1000 runs: a 4K decode takes about 0.2 ms on two cores, and 50 runs (10 ms) let one
 			// burst of a noisy machine move its median by a third.
-			ms, err := timeIt(o.minTime, 3, 1000, func() error { return bridge.Attend(dev, batch(i, out, 0)) })
+			tm, err := timeIt(o.minTime, 3, 1000, func() error { return bridge.Attend(dev, batch(i, out, 0)) })
 			if err != nil {
 				return nil, fmt.Errorf("format %s at context %d: %w", f, S, err)
 			}
@@ -283,14 +287,14 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 				return nil, err
 			}
 			bytes *= float64(B)
-			floor := ceil.floorMs(bytes, flops)
+			floor, ms := ceil.floorMs(bytes, flops), tm.median
 			row := benchRow{Backend: info.Backend, Format: f.String(), Context: S, Batch: B, HeadsQ: Hq, HeadsKV: H,
-				HeadDim: d, Threads: info.Threads, Ms: ms, GBps: bytes / (ms * 1e-3) / 1e9, GFLOPs: flops / (ms * 1e-3) / 1e9,
+				HeadDim: d, Threads: info.Threads, Ms: ms, MsP10: tm.p10, MsP90: tm.p90, GBps: bytes / (ms * 1e-3) / 1e9, GFLOPs: flops / (ms * 1e-3) / 1e9,
 				FloorMs: floor, FloorFrac: floor / ms, CosVsF32: cosine(out, ref)}
 			if info.Caps.Has(bridge.CapBaseline) {
 				// The baseline materializes f32 K/V for every call: give it a smaller budget and fewer runs.
 				baseOut := make([]float32, len(out))
-				bms, err := timeIt(o.minTime/2, 1, 10, func() error {
+				btm, err := timeIt(o.minTime/2, 1, 10, func() error {
 					return bridge.Attend(dev, batch(i, baseOut, bridge.AttendDequantBaseline))
 				})
 				switch {
@@ -302,7 +306,7 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 				case err != nil:
 					return nil, fmt.Errorf("baseline %s at context %d: %w", f, S, err)
 				default:
-					speedup := bms / ms
+					bms, speedup := btm.median, btm.median/ms
 					row.BaselineMs, row.SpeedupVsBaseline = &bms, &speedup
 				}
 			}
@@ -331,13 +335,16 @@ func bytesTouched(pool *bridge.Pool, f gokv.Format, S, H, d int) (float64, error
 	return bytes, nil
 }
 
+// timing is what timeIt measured: the median run and the 10th and 90th percentiles, in ms.
+type timing struct{ median, p10, p90 float64 }
+
 // timeIt runs fn once as a warm-up, then as many times as fit in budget (at least minRuns, at most
-// maxRuns) and returns the median in ms. A warm-up longer than the budget makes the warm-up run count
-// as one of minRuns, so a slow case costs about minRuns runs.
-func timeIt(budget time.Duration, minRuns, maxRuns int, fn func() error) (float64, error) {
+// maxRuns) and returns the runs' median and spread in ms. A warm-up longer than the budget makes the
+// warm-up run count as one of minRuns, so a slow case costs about minRuns runs.
+func timeIt(budget time.Duration, minRuns, maxRuns int, fn func() error) (timing, error) {
 	t0 := time.Now()
 	if err := fn(); err != nil {
-		return 0, err
+		return timing{}, err
 	}
 	warm := time.Since(t0)
 	var times []float64
@@ -353,9 +360,9 @@ func timeIt(budget time.Duration, minRuns, maxRuns int, fn func() error) (float6
 	for r := 0; r < runs; r++ {
 		t := time.Now()
 		if err := fn(); err != nil {
-			return 0, err
+			return timing{}, err
 		}
 		times = append(times, time.Since(t).Seconds()*1e3)
 	}
-	return median(times), nil
+	return timing{median(times), percentile(times, 0.1), percentile(times, 0.9)}, nil
 }

@@ -12,7 +12,7 @@ import (
 )
 
 var benchKeys = []string{"backend", "format", "context", "batch", "heads_q", "heads_kv", "head_dim", "threads", "ms",
-	"gbps", "gflops", "floor_ms", "floor_frac", "baseline_ms", "speedup_vs_baseline", "cos_vs_f32"}
+	"ms_p10", "ms_p90", "gbps", "gflops", "floor_ms", "floor_frac", "baseline_ms", "speedup_vs_baseline", "cos_vs_f32"}
 
 func TestBenchJSONKeys(t *testing.T) {
 	var out bytes.Buffer
@@ -35,6 +35,8 @@ func TestBenchJSONKeys(t *testing.T) {
 		assert.Equal(t, want, keys)
 		assert.Equal(t, "cpu", row["backend"])
 		assert.Greater(t, row["ms"], 0.0)
+		assert.LessOrEqual(t, row["ms_p10"], row["ms"], "the 10th percentile is at most the median")
+		assert.LessOrEqual(t, row["ms"], row["ms_p90"], "the median is at most the 90th percentile")
 		assert.Greater(t, row["floor_ms"], 0.0)
 		assert.Greater(t, row["cos_vs_f32"], 0.5)
 		assert.LessOrEqual(t, row["cos_vs_f32"], 1.0+1e-9)
@@ -80,11 +82,24 @@ func TestBenchErrors(t *testing.T) {
 	}
 }
 
+func TestPercentileNearestRank(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	assert.Equal(t, 1.0, percentile(xs, 0))
+	assert.Equal(t, 1.0, percentile(xs, 0.1))
+	assert.Equal(t, 5.0, percentile(xs, 0.5))
+	assert.Equal(t, 9.0, percentile(xs, 0.9))
+	assert.Equal(t, 10.0, percentile(xs, 1))
+	assert.Equal(t, 7.0, percentile([]float64{7}, 0.9))
+	assert.Equal(t, 0.0, percentile(nil, 0.5))
+}
+
 func TestTimeItRunsWithinBounds(t *testing.T) {
 	calls := 0
-	ms, err := timeIt(0, 3, 5, func() error { calls++; return nil })
+	tm, err := timeIt(0, 3, 5, func() error { calls++; return nil })
 	require.NoError(t, err)
-	assert.GreaterOrEqual(t, ms, 0.0)
+	assert.GreaterOrEqual(t, tm.p10, 0.0)
+	assert.LessOrEqual(t, tm.p10, tm.median)
+	assert.LessOrEqual(t, tm.median, tm.p90)
 	assert.GreaterOrEqual(t, calls, 3)
 	assert.LessOrEqual(t, calls, 6)
 }

@@ -325,6 +325,17 @@ func median(xs []float64) float64 {
 	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 }
 
+// percentile returns the q-quantile (0 <= q <= 1) of xs by nearest rank: the smallest x with at least a
+// fraction q of xs at or below it (xs is sorted; 0 for none).
+func percentile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[max(0, min(i, len(xs)-1))]
+}
+
 // ---- synthetic data ----
 
 // outlierChannels is how many of every 128 key channels get outlier magnitudes in synthetic keys, and

@@ -346,8 +346,13 @@ AVX512_INLINE void avx512_float_columns(const float *x, int32_t n, int32_t ng, f
 }
 
 /* The same from the fp16 h (token-major, contiguous) for ng 1, 2 or 4 (d = 128 with g = 128, 64, 32): 16
- * tokens are ng x 16 halves, up to two zmm, and each vpermt2w takes two groups' 16 halves out of them. */
+ * tokens are ng x 16 halves, up to two zmm, and each vpermt2w takes two groups' 16 halves out of them. The
+ * word indices are built once, and whole sets of 16 tokens load unmasked: shuffle-bound as it is (a
+ * permute, an extract and two conversions per two groups), the masks and the index arithmetic in the loop
+ * took a third of its time (bench: 29 -> 21 ns for a block's scales and biases at ng 4). */
 AVX512_INLINE void avx512_half_columns(const uint16_t *h, int32_t n, int32_t ng, float *out) {
+    const __m512i idx0 = _mm512_loadu_si512(ng == 4 ? avx512_half_idx4 : avx512_half_idx2);
+    const __m512i idx2 = _mm512_add_epi16(idx0, _mm512_set1_epi16(2));
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
         const int32_t halves = (n - t0 < 16 ? n - t0 : 16) * ng;
         const uint16_t *ht = h + (size_t)t0 * ng;
@@ -355,12 +360,16 @@ AVX512_INLINE void avx512_half_columns(const uint16_t *h, int32_t n, int32_t ng,
             _mm512_store_ps(out + t0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(avx512_mask(halves), ht)));
             continue;
         }
-        const __m512i w0 = _mm512_maskz_loadu_epi16(avx512_mask32(halves), ht);
-        const __m512i w1 = halves > 32 ? _mm512_maskz_loadu_epi16(avx512_mask32(halves - 32), ht + 32) : _mm512_setzero_si512();
+        __m512i w0, w1 = _mm512_setzero_si512();
+        if (halves == 16 * ng) {
+            w0 = _mm512_loadu_si512(ht);
+            if (ng == 4) w1 = _mm512_loadu_si512(ht + 32);
+        } else {
+            w0 = _mm512_maskz_loadu_epi16(avx512_mask32(halves), ht);
+            if (halves > 32) w1 = _mm512_maskz_loadu_epi16(avx512_mask32(halves - 32), ht + 32);
+        }
         for (int32_t j = 0; j < ng; j += 2) {
-            const __m512i idx = _mm512_add_epi16(_mm512_loadu_si512(ng == 4 ? avx512_half_idx4 : avx512_half_idx2),
-                                                 _mm512_set1_epi16((short)j));
-            const __m512i pr = _mm512_permutex2var_epi16(w0, idx, w1);
+            const __m512i pr = _mm512_permutex2var_epi16(w0, j ? idx2 : idx0, w1);
             _mm512_store_ps(out + (size_t)j * CPU_BLOCK + t0, _mm512_cvtph_ps(_mm512_castsi512_si256(pr)));
             _mm512_store_ps(out + (size_t)(j + 1) * CPU_BLOCK + t0, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(pr, 1)));
         }
