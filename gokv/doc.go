@@ -30,4 +30,9 @@
 // Errors are *Error values (or *CapacityError for ErrCapacity); compare them with errors.Is against the
 // sentinels (ErrInvalid, ErrOutOfMemory, ErrCapacity, ErrClosed, ...). No call panics on bad input, and a
 // failed call leaves what was stored intact.
+//
+// The CPU backend computes on its own worker threads and on the calling goroutine's thread, inside one cgo
+// call per layer step. Keep GOMAXPROCS at 2 or more: with a single P, Go's sysmon hands that P to a new,
+// spinning thread during every call longer than 20 µs, which then competes with the workers for the cores
+// (measured: 4K-token q4 decode 25% slower on a 2-core machine; README, "Status and known gaps").
 package gokv
