@@ -289,8 +289,8 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 			bytes *= float64(B)
 			floor, ms := ceil.floorMs(bytes, flops), tm.median
 			row := benchRow{Backend: info.Backend, Format: f.String(), Context: S, Batch: B, HeadsQ: Hq, HeadsKV: H,
-				HeadDim: d, Threads: info.Threads, Ms: ms, MsP10: tm.p10, MsP90: tm.p90, GBps: bytes / (ms * 1e-3) / 1e9, GFLOPs: flops / (ms * 1e-3) / 1e9,
-				FloorMs: floor, FloorFrac: floor / ms, CosVsF32: cosine(out, ref)}
+				HeadDim: d, Threads: info.Threads, Ms: ms, MsP10: tm.p10, MsP90: tm.p90, GBps: bytes / (ms * 1e-3) / 1e9,
+				GFLOPs: flops / (ms * 1e-3) / 1e9, FloorMs: floor, FloorFrac: floor / ms, CosVsF32: cosine(out, ref)}
 			if info.Caps.Has(bridge.CapBaseline) {
 				// The baseline materializes f32 K/V for every call: give it a smaller budget and fewer runs.
 				baseOut := make([]float32, len(out))

@@ -326,7 +326,7 @@ func median(xs []float64) float64 {
 }
 
 // percentile returns the q-quantile (0 <= q <= 1) of xs by nearest rank: the smallest x with at least a
-// fraction q of xs at or below it (xs is sorted; 0 for none).
+// fraction q of xs at or below it; 0 for none. It sorts xs, as median does.
 func percentile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return 0
