@@ -162,8 +162,8 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 		}
 		fmt.Fprintf(stdout, "measured ceilings: read %.1f GB/s, peak %s (%s)\n", ceil.ReadGBps, peak, ceil.Source)
 		fmt.Fprintf(stdout, "shape: %d query heads, %d kv heads, head dim %d\n\n", o.headsQ, o.headsKV, o.headDim)
-		fmt.Fprintf(stdout, "%-11s %-14s %7s %5s %9s %8s %8s %9s %6s %11s %8s %9s\n", "mode", "format", "context", "batch",
-			"ms", "GB/s", "GFLOP/s", "floor ms", "floor", "baseline ms", "speedup", "cos f32")
+		fmt.Fprintf(stdout, "%-11s %-14s %7s %5s %9s %15s %8s %8s %9s %6s %11s %8s %9s\n", "mode", "format", "context", "batch",
+			"ms", "p10-p90 ms", "GB/s", "GFLOP/s", "floor ms", "floor", "baseline ms", "speedup", "cos f32")
 	}
 	modes := []bool{false}
 	if o.prefill {
@@ -203,8 +203,10 @@ func printBenchRow(w io.Writer, asJSON bool, r any) error {
 	if row.BaselineMs != nil {
 		base, speed = fmt.Sprintf("%.3f", *row.BaselineMs), fmt.Sprintf("%.1fx", *row.SpeedupVsBaseline)
 	}
-	_, err := fmt.Fprintf(w, "%-11s %-14s %7s %5d %9.3f %8.1f %8.1f %9.3f %5.0f%% %11s %8s %9.6f\n", mode, row.Format,
-		humanCount(row.Context), row.Batch, row.Ms, row.GBps, row.GFLOPs, row.FloorMs, 100*row.FloorFrac, base, speed, row.CosVsF32)
+	spread := fmt.Sprintf("%.3f-%.3f", row.MsP10, row.MsP90)
+	_, err := fmt.Fprintf(w, "%-11s %-14s %7s %5d %9.3f %15s %8.1f %8.1f %9.3f %5.0f%% %11s %8s %9.6f\n", mode, row.Format,
+		humanCount(row.Context), row.Batch, row.Ms, spread, row.GBps, row.GFLOPs, row.FloorMs, 100*row.FloorFrac, base, speed,
+		row.CosVsF32)
 	return err
 }
 

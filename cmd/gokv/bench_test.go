@@ -82,6 +82,17 @@ func TestBenchErrors(t *testing.T) {
 	}
 }
 
+func TestBenchTextRows(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs([]string{"bench", "-q", "--backend", "cpu", "--formats", "q4", "--contexts", "128", "--heads-q", "2",
+		"--heads-kv", "1", "--head-dim", "32", "--min-time", "1ms", "--read-mib", "8"})
+	require.NoError(t, root.Execute())
+	text := out.String()
+	assert.Contains(t, text, "p10-p90 ms")
+	assert.Regexp(t, `(?m)^decode\s+q4:32\s+128\s+1\s+\d+\.\d{3}\s+\d+\.\d{3}-\d+\.\d{3}\s`, text, "a decode row with its spread")
+}
+
 func TestPercentileNearestRank(t *testing.T) {
 	xs := []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
 	assert.Equal(t, 1.0, percentile(xs, 0))
