@@ -32,7 +32,14 @@
  * alternating binaries, with chunks of all the kv heads: 2 per worker against 8 gave 4K 0.23-0.25 ms against
  * 0.24-0.47, 8K 0.46-0.48 against 0.47-0.50, 32K and 128K 1-2% faster; 1 per worker was faster still at 4K
  * but leaves a worker idle whenever the other is held up. */
-enum { DEFAULT_CHUNK = 512, LONG_CHUNK = 4096, PREFILL_TILE_VECTORS = 64, SPLIT_MAX_ROWS = 16, ITEM_MAX_HEADS = 16, ITEMS_PER_WORKER = 2 };
+enum {
+    DEFAULT_CHUNK = 512,
+    LONG_CHUNK = 4096,
+    PREFILL_TILE_VECTORS = 64,
+    SPLIT_MAX_ROWS = 16,
+    ITEM_MAX_HEADS = 16,
+    ITEMS_PER_WORKER = 2
+};
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
@@ -209,11 +216,12 @@ static cpu_rows block_rows(const gokv_layout *L, const block *b, int32_t h, int3
  * Each kernel asks for its own half (scores the keys, values the values), except where the kernel table
  * says so (values_take_hint: the VNNI q4 scores): those scores are paced by load slots (avx512.c), which a
  * prefetch takes too, while the values kernel has slots to spare, so it asks for all of it, keys first.
- * bench_kernels: with each kernel asking for its own half, the scores took 1.18x their in-cache time in the walk and the values 1.07x; with the values asking
- * for both, 1.01x and 1.11x, and the block 1.08x instead of 1.14x. bench_decode, q4, 2 threads, seven
- * alternating runs: 4K 0.194-0.206 -> 0.190-0.195 ms, 32K 1.56-1.83 -> 1.51-1.60. Not for f16 and q8,
- * whose scores are not load-bound and whose blocks are larger: at 32K all asked for by the values took
- * f16 from 3.39-3.60 ms to 3.75-4.19, and q8 from 1.98-2.05 to 2.16-2.38. */
+ * bench_kernels: with each kernel asking for its own half, the scores took 1.18x their in-cache time in the
+ * walk and the values 1.07x; with the values asking for both, 1.01x and 1.11x, and the block 1.08x instead
+ * of 1.14x. bench_decode, q4, 2 threads, seven alternating runs: 4K 0.194-0.206 -> 0.190-0.195 ms, 32K
+ * 1.56-1.83 -> 1.51-1.60. Not for f16 and q8, whose scores are not load-bound and whose blocks are larger:
+ * at 32K all asked for by the values took f16 from 3.39-3.60 ms to 3.75-4.19, and q8 from 1.98-2.05 to
+ * 2.16-2.38. */
 static void prefetch_now(const cpu_prefetch *pf) {
     for (int i = 0; i < CPU_PREFETCH_REGIONS; i++)
         if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
@@ -299,8 +307,8 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
 
 /* The same for block b of a per-token format, whose rows for this kv head are r; next, when not NULL, holds
  * the hints of what comes next in walk order. */
-static void attend_rows(const attend_ctx *c, int32_t seq, const scratch *sc, int32_t nq, const block *b, const head_rows *r,
-                        const head_rows *next) {
+static void attend_rows(const attend_ctx *c, int32_t seq, const scratch *sc, int32_t nq, const block *b,
+                        const head_rows *r, const head_rows *next) {
     const gokv_layout *L = c->L;
     const cpu_kernels *k = c->k;
     const int32_t enc = cpu_row_enc(L->format);
@@ -446,7 +454,8 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
         if (L->group && !L->kivi) { /* Σ q over each group, for the bias term of per-token formats */
             const int32_t ng = dk / L->group;
             for (int32_t i = 0; i < nq; i++)
-                for (int32_t j = 0; j < ng; j++) s->qsum[(size_t)i * ng + j] = sum_row(s->q + (size_t)i * dk + j * L->group, L->group);
+                for (int32_t j = 0; j < ng; j++)
+                    s->qsum[(size_t)i * ng + j] = sum_row(s->q + (size_t)i * dk + j * L->group, L->group);
             if (c->k->q4_prep && cpu_row_enc(L->format) == CPU_ENC_Q4) c->k->q4_prep(s->q, dk, nq, dk, L->group, s->prep);
         }
     }
@@ -610,7 +619,8 @@ static plan make_plan(const attend_ctx *c, cut k) {
                 const int32_t v0 = nc == 1 ? 0 : ch * k.chunk, v1 = ch == nc - 1 ? len : v0 + k.chunk;
                 for (int32_t h = 0; h < L->n_kv_heads; h += heads, pl.n_items++) {
                     const int32_t nh = L->n_kv_heads - h < heads ? L->n_kv_heads - h : heads;
-                    if (c->items) c->items[pl.n_items] = (work_item){s, h, nh, r0, nr, v0, v1, ch, nc, nc > 1 ? pl.n_part : -1};
+                    if (c->items)
+                        c->items[pl.n_items] = (work_item){s, h, nh, r0, nr, v0, v1, ch, nc, nc > 1 ? pl.n_part : -1};
                 }
             }
             pl.n_tiles += L->n_kv_heads;

@@ -170,8 +170,8 @@ gokv_status cpu_attend(void *dev, void *pool, const gokv_layout *L, const gokv_a
 
 /* Reads tokens [start, start + n) of one sequence as f32 rows [n][Hkv][d] (k_out, and v_out unless NULL),
  * dequantized by kern's dequant_row (gokv_pool_read: the scalar table, the reference). */
-void cpu_read_sequence(const cpu_kernels *kern, const cpu_pool *p, const gokv_layout *L, const int32_t *ids, int32_t kv_len,
-                       int32_t slot, int32_t start, int32_t n, float *k_out, float *v_out);
+void cpu_read_sequence(const cpu_kernels *kern, const cpu_pool *p, const gokv_layout *L, const int32_t *ids,
+                       int32_t kv_len, int32_t slot, int32_t start, int32_t n, float *k_out, float *v_out);
 
 /* The dequantize-then-attend baseline (DESIGN.md §9's comparison point): baseline.c. */
 gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, const gokv_layout *L,

@@ -157,8 +157,8 @@ gokv_status cpu_pool_write(void *dev_, void *pool, const gokv_layout *L, const g
     return GOKV_OK;
 }
 
-void cpu_read_sequence(const cpu_kernels *kern, const cpu_pool *p, const gokv_layout *L, const int32_t *ids, int32_t kv_len,
-                       int32_t slot, int32_t start, int32_t n, float *k_out, float *v_out) {
+void cpu_read_sequence(const cpu_kernels *kern, const cpu_pool *p, const gokv_layout *L, const int32_t *ids,
+                       int32_t kv_len, int32_t slot, int32_t start, int32_t n, float *k_out, float *v_out) {
     const int32_t H = L->n_kv_heads, P = L->page_size;
     const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
     const uint8_t *ring = L->kivi && slot >= 0 ? cpu_ring(p, L, slot) : NULL;
@@ -213,8 +213,9 @@ gokv_status cpu_pool_read(void *dev, void *pool, const gokv_layout *L, const gok
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const int32_t row0 = d->tok_indptr[s], n = d->tok_indptr[s + 1] - row0;
         if (n == 0) continue;
-        cpu_read_sequence(cpu_kernels_get(GOKV_CPU_SCALAR), pool, L, d->page_ids + d->page_indptr[s], d->kv_len[s], L->kivi ? d->residual_slot[s] : -1,
-                          d->start_pos[s], n, d->k_out + (size_t)row0 * k_row, d->v_out ? d->v_out + (size_t)row0 * v_row : NULL);
+        cpu_read_sequence(cpu_kernels_get(GOKV_CPU_SCALAR), pool, L, d->page_ids + d->page_indptr[s], d->kv_len[s],
+                          L->kivi ? d->residual_slot[s] : -1, d->start_pos[s], n, d->k_out + (size_t)row0 * k_row,
+                          d->v_out ? d->v_out + (size_t)row0 * v_row : NULL);
     }
     return GOKV_OK;
 }

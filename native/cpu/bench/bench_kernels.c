@@ -129,7 +129,8 @@ int main(int argc, char **argv) {
 
     /* 2. the walk */
     printf("walk over %.0f MB (%ld blocks of %d bytes), ns per block (scores + values):\n", bytes / 1e6, n, BLOCK);
-    const char *names[4] = {"no prefetch", "next block at once", "spread, each kernel its half", "spread, all by values (attend.c)"};
+    const char *names[4] = {"no prefetch", "next block at once", "spread, each kernel its half",
+                            "spread, all by values (attend.c)"};
     const double in_cache = walk(k, mem, 4, 0, 2000);
     printf("  %-34s %8.0f\n", "4 blocks, in cache", in_cache);
     for (int mode = 0; mode < 4; mode++) {

@@ -26,7 +26,8 @@ std::vector<uintptr_t> lines_of(const uint8_t *p, size_t n) {
 }
 
 TEST(Prefetch, SlicesCoverEveryLineOnce) {
-    std::vector<uint8_t> mem(1 << 18); /* CPU_PREFETCH_REGIONS (12) regions 20000 bytes apart, up to 9000 + 63 bytes each */
+    /* CPU_PREFETCH_REGIONS (12) regions 20000 bytes apart, up to 9000 + 63 bytes each */
+    std::vector<uint8_t> mem(1 << 18);
     std::mt19937 rng(7);
     for (int trial = 0; trial < 300; trial++) {
         cpu_prefetch pf{};
