@@ -25,7 +25,7 @@ const uint8_t *gokv_cpu_ring_bytes(const gokv_pool *pool, int32_t slot);
  * returns the level now in force. */
 enum {
     GOKV_CPU_SCALAR = 0,
-    GOKV_CPU_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    GOKV_CPU_AVX2 = 1,   /* AVX2 + FMA + F16C (+AVX-VNNI where present) */
     GOKV_CPU_AVX512 = 2, /* AVX-512 F/BW/VL (+VNNI where it pays) */
     GOKV_CPU_NEON = 3,   /* arm64 baseline */
 };

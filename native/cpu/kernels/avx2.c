@@ -9,12 +9,14 @@
  * the score is one FMA per element per query and needs no Σq bias term. Score accumulators of 8 tokens
  * are reduced together (hadd tree); value accumulators stay in registers across the block, slab by slab.
  * Plain rows whose length is not a multiple of 16 decode their last slab from a zero-padded copy.
- * Queries are taken in chunks of 4, 3, 2, 1 (16 ymm registers).
+ * Queries are taken in chunks of 4, 3, 2, 1 (16 ymm registers). Where the CPU has AVX-VNNI, q4 scores go
+ * through vpdpbusd as in avx512.c (avx2_score_rows_q4_vnni, with this table's q4_prep).
  */
 #include "kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
@@ -376,6 +378,167 @@ AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float
 #undef AVX2_SCORE_Q4
 }
 
+/* ---- q4 keys through AVX-VNNI (VEX vpdpbusd on ymm: Intel client cores from Alder Lake, AMD Zen 5) ----
+ * The scheme of avx512.c's VNNI q4 scores, half as wide: each query cut once per call into three int8 pieces
+ * per key group (q4_prep's layout, kernels.h), the 4-bit codes as the unsigned operand, tokens in lanes (8
+ * rows transposed as dwords, so a dword column holds dims 8c..8c+7 of 8 tokens), and per group and query
+ * the three piece sums combined exactly in int32, converted once and met with the scale column. With 16 ymm
+ * registers a query is done at a time over 16 tokens (two blocks of 8, which share each broadcast piece);
+ * a column's low and high nibbles are split once, when the columns are built, for all the queries. */
+#define AVX2_VNNI_FN __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define AVX2_VNNI_INLINE static inline __attribute__((always_inline)) AVX2_VNNI_FN
+
+/* q4_prep: avx512_q4_prep's pieces and layout in plain C (once per call and query, off the hot path). */
+static void avx2_q4_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep) {
+    for (int32_t i = 0; i < nq; i++) {
+        const float *qi = q + (size_t)i * ldq;
+        uint8_t *out = (uint8_t *)prep + (size_t)i * CPU_Q4_PREP_STRIDE(d);
+        float Q[AVX2_MAX_NG];
+        int ok = d % 16 == 0 && group % 16 == 0 && d / group <= AVX2_MAX_NG;
+        for (int32_t j = 0; ok && j < d / group; j++) {
+            float m = 0.0f;
+            for (int32_t x = j * group; ok && x < (j + 1) * group; x++) {
+                ok = qi[x] - qi[x] == 0.0f; /* finite */
+                m = fabsf(qi[x]) > m ? fabsf(qi[x]) : m;
+            }
+            ok = ok && (m == 0.0f || m >= 0x1p-100f); /* scalable */
+            Q[j] = m > 0.0f ? m * 0x1p-20f : 1.0f;
+        }
+        if (!ok) {
+            memset(out, 0, sizeof(float));
+            continue;
+        }
+        memcpy(out, Q, sizeof(float) * (size_t)(d / group));
+        for (int32_t x = 0; x < d; x++) {
+            const int32_t n = (int32_t)lrintf(qi[x] * (1.0f / Q[x / group])); /* |n| <= 2^20 */
+            const int32_t c = ((n + 64) & 127) - 64, n1 = (n - c) >> 7;
+            const int32_t b = ((n1 + 64) & 127) - 64, a = (n1 - b) >> 7;
+            const int32_t piece[3] = {a, b, c};
+            for (int p = 0; p < 3; p++) /* dword 6·col + 2p: the even dims' int8s, + 1: the odd ones' */
+                out[128 + ((size_t)(x / 8) * 6 + (size_t)p * 2 + (size_t)(x & 1)) * 4 + (size_t)(x % 8) / 2] = (uint8_t)piece[p];
+        }
+    }
+}
+
+/* One query (pieces qp, group scales Q, group sums qs) over TB blocks of 8 tokens from t0: lo/hi[b][col]
+ * are the blocks' nibble columns, sc/bc the scale and bias columns (sc[j * CPU_BLOCK + t]). */
+AVX2_VNNI_INLINE void avx2_vnni_query(int32_t (*lo)[AVX2_MAX_D / 8][8], int32_t (*hi)[AVX2_MAX_D / 8][8], int32_t ncol,
+                                      const int32_t *qp, const float *Q, const float *qs, const int TB, const int CPG,
+                                      const float *sc, const float *bc, int32_t ng, int32_t t0, const int32_t *tn,
+                                      float *s) {
+    __m256 acc[2];
+#pragma GCC unroll 2
+    for (int b = 0; b < TB; b++) {
+        acc[b] = _mm256_setzero_ps();
+        for (int32_t j = 0; j < ng; j++) /* the biases: Σ_j b_t,j Σq_j */
+            acc[b] = _mm256_fmadd_ps(_mm256_load_ps(bc + (size_t)j * CPU_BLOCK + t0 + 8 * b), _mm256_set1_ps(qs[j]), acc[b]);
+    }
+    for (int32_t k0 = 0, j = 0; k0 < ncol; k0 += CPG, j++) {
+        __m256i A[2][3];
+#pragma GCC unroll 2
+        for (int b = 0; b < TB; b++) A[b][0] = A[b][1] = A[b][2] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+        for (int k = 0; k < CPG; k++) {
+            const int32_t *w = qp + (size_t)(k0 + k) * 6;
+#pragma GCC unroll 3
+            for (int p = 0; p < 3; p++) {
+                const __m256i wl = _mm256_set1_epi32(w[2 * p]), wh = _mm256_set1_epi32(w[2 * p + 1]);
+#pragma GCC unroll 2
+                for (int b = 0; b < TB; b++) {
+                    A[b][p] = _mm256_dpbusd_avx_epi32(A[b][p], _mm256_load_si256((const __m256i *)lo[b][k0 + k]), wl);
+                    A[b][p] = _mm256_dpbusd_avx_epi32(A[b][p], _mm256_load_si256((const __m256i *)hi[b][k0 + k]), wh);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int b = 0; b < TB; b++) {
+            const __m256i ab = _mm256_add_epi32(_mm256_slli_epi32(A[b][0], 14), _mm256_slli_epi32(A[b][1], 7));
+            const __m256 sq = _mm256_mul_ps(_mm256_load_ps(sc + (size_t)j * CPU_BLOCK + t0 + 8 * b), _mm256_set1_ps(Q[j]));
+            acc[b] = _mm256_fmadd_ps(sq, _mm256_cvtepi32_ps(_mm256_add_epi32(ab, A[b][2])), acc[b]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int b = 0; b < TB; b++) {
+        if (tn[b] == 8) {
+            _mm256_storeu_ps(s + t0 + 8 * b, acc[b]);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, acc[b]);
+            avx2_store_partial(s + t0 + 8 * b, tmp, tn[b]);
+        }
+    }
+}
+
+/* nq prepared queries, CPG dword columns per group, rows of rb bytes (a multiple of 32: d % 64 == 0). */
+AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const void *prep, const float *qsum, int32_t nq,
+                                         const int CPG, const float *sc, const float *bc, int32_t ng, float *s, size_t lds) {
+    const int32_t rb = d / 2, ncol = rb / 4, n = r->n;
+    const size_t stride = CPU_Q4_PREP_STRIDE(d);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    int32_t lo[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32))), hi[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
+    cpu_prefetch_walk pw;
+    cpu_prefetch_start(&pw, r->pf, (n + 7) / 8);
+    for (int32_t t0 = 0; t0 < n; t0 += 16) {
+        int32_t tn[2] = {0, 0};
+        const int TB = n - t0 > 8 ? 2 : 1;
+        for (int b = 0; b < TB; b++) { /* the 8 rows' nibble columns */
+            const int32_t tb = t0 + 8 * b;
+            tn[b] = n - tb < 8 ? n - tb : 8;
+            cpu_prefetch_step(&pw);
+            const uint8_t *rows = cpu_row_codes(r, tb); /* 8 rows of one run (CPU_RUN_ALIGN) */
+            for (int32_t c0 = 0; c0 < rb; c0 += 32) {
+                __m256i x[8];
+                for (int u = 0; u < 8; u++)
+                    x[u] = u < tn[b] ? _mm256_loadu_si256((const __m256i *)(rows + (size_t)u * r->row_stride + c0))
+                                     : _mm256_setzero_si256();
+                avx2_transpose_dwords(x);
+                for (int c = 0; c < 8; c++) {
+                    _mm256_store_si256((__m256i *)lo[b][c0 / 4 + c], _mm256_and_si256(x[c], m4));
+                    _mm256_store_si256((__m256i *)hi[b][c0 / 4 + c], _mm256_and_si256(_mm256_srli_epi32(x[c], 4), m4));
+                }
+            }
+        }
+        for (int32_t i = 0; i < nq; i++) {
+            const uint8_t *pi = (const uint8_t *)prep + (size_t)i * stride;
+            const int32_t *qp = (const int32_t *)(pi + 128);
+            const float *Q = (const float *)pi, *qs = qsum + (size_t)i * ng;
+            if (TB == 2) avx2_vnni_query(lo, hi, ncol, qp, Q, qs, 2, CPG, sc, bc, ng, t0, tn, s + (size_t)i * lds);
+            else avx2_vnni_query(lo, hi, ncol, qp, Q, qs, 1, CPG, sc, bc, ng, t0, tn, s + (size_t)i * lds);
+        }
+    }
+}
+
+AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
+                                                 const void *prep, int32_t nq, float *s, size_t lds) {
+    const int32_t g = r->group, ng = d / g;
+    int ready = prep && qsum && d % 64 == 0 && (g == 32 || g == 64 || g == 128) && (ng == 1 || ng == 2 || ng == 4);
+    for (int32_t i = 0; ready && i < nq; i++) {
+        float Q;
+        memcpy(&Q, (const uint8_t *)prep + (size_t)i * CPU_Q4_PREP_STRIDE(d), sizeof Q);
+        ready = Q > 0.0f;
+    }
+    if (!ready) { /* not prepared (or a query q4_prep left to fp32), or a shape without the columns: fp32 */
+        avx2_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
+        return;
+    }
+    float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32))), bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    float sc[CPU_BLOCK * 4] __attribute__((aligned(32))), bc[CPU_BLOCK * 4] __attribute__((aligned(32)));
+    avx2_row_sb(r, ng, sf, bf);
+    for (int32_t t0 = 0; t0 < r->n; t0 += 8) { /* token-major to columns, lanes past n zero */
+        __m256 scol[4], bcol[4];
+        const int32_t tn = r->n - t0 < 8 ? r->n - t0 : 8;
+        avx2_group_columns(sf, ng, t0, tn, scol);
+        avx2_group_columns(bf, ng, t0, tn, bcol);
+        for (int32_t j = 0; j < ng; j++)
+            _mm256_store_ps(sc + (size_t)j * CPU_BLOCK + t0, scol[j]), _mm256_store_ps(bc + (size_t)j * CPU_BLOCK + t0, bcol[j]);
+    }
+    switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
+    case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds); break;
+    case 64: avx2_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds); break;
+    default: avx2_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds); break;
+    }
+}
+
 CPU_ROW_ENTRIES(avx2, AVX2_FN, f32, CPU_ENC_F32)
 CPU_ROW_ENTRIES(avx2, AVX2_FN, f16, CPU_ENC_F16)
 CPU_ROW_ENTRIES(avx2, AVX2_FN, q8, CPU_ENC_Q8)
@@ -629,5 +792,9 @@ void cpu_kernels_fill_avx2(cpu_kernels *k) {
     k->exp_sum = avx2_exp_sum;
     k->dequant_row = avx2_dequant_row;
     k->spreads_prefetch = 1;
+    if (__builtin_cpu_supports("avxvnni")) {
+        k->score_rows[CPU_ENC_Q4] = avx2_score_rows_q4_vnni;
+        k->q4_prep = avx2_q4_prep;
+    }
 }
 #endif

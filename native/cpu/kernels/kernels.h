@@ -118,7 +118,8 @@ typedef struct cpu_kernels {
     void (*score_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
                                       const void *prep, int32_t nq, float *s, size_t lds);
     /* Optional (NULL: this table has none): prepares nq queries once per call for score_rows[CPU_ENC_Q4],
-     * CPU_Q4_PREP_STRIDE(d) bytes each at prep + i * stride (AVX-512 VNNI: each query as int8 pieces). */
+     * CPU_Q4_PREP_STRIDE(d) bytes each at prep + i * stride (AVX-512 VNNI and AVX-VNNI: each query as int8
+     * pieces, avx512_q4_prep's layout). */
     void (*q4_prep)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
     /* o[i][0..dv) += Σ_t p[i][t] · v̂_t[0..dv) for the n rows of r. */
     void (*accum_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq,
