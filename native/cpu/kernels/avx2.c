@@ -385,6 +385,8 @@ AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float
  * the three piece sums combined exactly in int32, converted once and met with the scale column. With 16 ymm
  * registers a query is done at a time over 16 tokens (two blocks of 8, which share each broadcast piece);
  * a column's low and high nibbles are split once, when the columns are built, for all the queries. */
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11)
+#define AVX2_HAVE_VNNI 1 /* compilers that know AVX-VNNI (GCC 11, clang 12); older ones keep the FMA kernels */
 #define AVX2_VNNI_FN __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define AVX2_VNNI_INLINE static inline __attribute__((always_inline)) AVX2_VNNI_FN
 
@@ -538,6 +540,8 @@ AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, c
     default: avx2_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds); break;
     }
 }
+
+#endif /* AVX2_HAVE_VNNI */
 
 CPU_ROW_ENTRIES(avx2, AVX2_FN, f32, CPU_ENC_F32)
 CPU_ROW_ENTRIES(avx2, AVX2_FN, f16, CPU_ENC_F16)
@@ -792,9 +796,11 @@ void cpu_kernels_fill_avx2(cpu_kernels *k) {
     k->exp_sum = avx2_exp_sum;
     k->dequant_row = avx2_dequant_row;
     k->spreads_prefetch = 1;
+#if defined(AVX2_HAVE_VNNI)
     if (__builtin_cpu_supports("avxvnni")) {
         k->score_rows[CPU_ENC_Q4] = avx2_score_rows_q4_vnni;
         k->q4_prep = avx2_q4_prep;
     }
+#endif
 }
 #endif
