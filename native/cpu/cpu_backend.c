@@ -174,8 +174,9 @@ static gokv_status cpu_device_info(void *impl, gokv_device_info *out) {
     out->formats = (1u << GOKV_FORMAT_COUNT_) - 1u;
     const char *extra = "";
 #if defined(__x86_64__)
-    if (level >= GOKV_CPU_AVX2) extra = level == GOKV_CPU_AVX512 ? " fma f16c avx2" : " fma f16c";
-    if (level == GOKV_CPU_AVX512 && __builtin_cpu_supports("avx512vnni")) extra = " vnni fma f16c avx2"; /* q4 scores */
+    const int vnni = cpu_kernels_get(level)->q4_prep != NULL; /* q4 scores through (AVX-512 or AVX-)VNNI */
+    if (level == GOKV_CPU_AVX512) extra = vnni ? " vnni fma f16c avx2" : " fma f16c avx2";
+    if (level == GOKV_CPU_AVX2) extra = vnni ? " avx-vnni fma f16c" : " fma f16c";
 #endif
     snprintf(out->features, sizeof out->features, "%s%s (detected %s)", gokv_cpu_simd_name(level), extra,
              gokv_cpu_simd_name(gokv_cpu_simd_level()));
