@@ -417,7 +417,8 @@ static void avx2_q4_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int3
             const int32_t b = ((n1 + 64) & 127) - 64, a = (n1 - b) >> 7;
             const int32_t piece[3] = {a, b, c};
             for (int p = 0; p < 3; p++) /* dword 6·col + 2p: the even dims' int8s, + 1: the odd ones' */
-                out[128 + ((size_t)(x / 8) * 6 + (size_t)p * 2 + (size_t)(x & 1)) * 4 + (size_t)(x % 8) / 2] = (uint8_t)piece[p];
+                out[128 + ((size_t)(x / 8) * 6 + (size_t)p * 2 + (size_t)(x & 1)) * 4 + (size_t)(x % 8) / 2] =
+                    (uint8_t)piece[p];
         }
     }
 }
@@ -433,7 +434,8 @@ AVX2_VNNI_INLINE void avx2_vnni_query(int32_t (*lo)[AVX2_MAX_D / 8][8], int32_t 
     for (int b = 0; b < TB; b++) {
         acc[b] = _mm256_setzero_ps();
         for (int32_t j = 0; j < ng; j++) /* the biases: Σ_j b_t,j Σq_j */
-            acc[b] = _mm256_fmadd_ps(_mm256_load_ps(bc + (size_t)j * CPU_BLOCK + t0 + 8 * b), _mm256_set1_ps(qs[j]), acc[b]);
+            acc[b] = _mm256_fmadd_ps(_mm256_load_ps(bc + (size_t)j * CPU_BLOCK + t0 + 8 * b), _mm256_set1_ps(qs[j]),
+                                     acc[b]);
     }
     for (int32_t k0 = 0, j = 0; k0 < ncol; k0 += CPG, j++) {
         __m256i A[2][3];
@@ -455,7 +457,8 @@ AVX2_VNNI_INLINE void avx2_vnni_query(int32_t (*lo)[AVX2_MAX_D / 8][8], int32_t 
 #pragma GCC unroll 2
         for (int b = 0; b < TB; b++) {
             const __m256i ab = _mm256_add_epi32(_mm256_slli_epi32(A[b][0], 14), _mm256_slli_epi32(A[b][1], 7));
-            const __m256 sq = _mm256_mul_ps(_mm256_load_ps(sc + (size_t)j * CPU_BLOCK + t0 + 8 * b), _mm256_set1_ps(Q[j]));
+            const __m256 sq =
+                _mm256_mul_ps(_mm256_load_ps(sc + (size_t)j * CPU_BLOCK + t0 + 8 * b), _mm256_set1_ps(Q[j]));
             acc[b] = _mm256_fmadd_ps(sq, _mm256_cvtepi32_ps(_mm256_add_epi32(ab, A[b][2])), acc[b]);
         }
     }
@@ -473,11 +476,13 @@ AVX2_VNNI_INLINE void avx2_vnni_query(int32_t (*lo)[AVX2_MAX_D / 8][8], int32_t 
 
 /* nq prepared queries, CPG dword columns per group, rows of rb bytes (a multiple of 32: d % 64 == 0). */
 AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const void *prep, const float *qsum, int32_t nq,
-                                         const int CPG, const float *sc, const float *bc, int32_t ng, float *s, size_t lds) {
+                                         const int CPG, const float *sc, const float *bc, int32_t ng, float *s,
+                                         size_t lds) {
     const int32_t rb = d / 2, ncol = rb / 4, n = r->n;
     const size_t stride = CPU_Q4_PREP_STRIDE(d);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    int32_t lo[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32))), hi[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
+    int32_t lo[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
+    int32_t hi[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
     cpu_prefetch_walk pw;
     cpu_prefetch_start(&pw, r->pf, (n + 7) / 8);
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
@@ -510,8 +515,8 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
     }
 }
 
-AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
-                                                 const void *prep, int32_t nq, float *s, size_t lds) {
+AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
+                                                 const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
     const int32_t g = r->group, ng = d / g;
     int ready = prep && qsum && d % 64 == 0 && (g == 32 || g == 64 || g == 128) && (ng == 1 || ng == 2 || ng == 4);
     for (int32_t i = 0; ready && i < nq; i++) {
@@ -523,7 +528,8 @@ AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, c
         avx2_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
         return;
     }
-    float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32))), bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    float bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
     float sc[CPU_BLOCK * 4] __attribute__((aligned(32))), bc[CPU_BLOCK * 4] __attribute__((aligned(32)));
     avx2_row_sb(r, ng, sf, bf);
     for (int32_t t0 = 0; t0 < r->n; t0 += 8) { /* token-major to columns, lanes past n zero */
@@ -531,8 +537,10 @@ AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, c
         const int32_t tn = r->n - t0 < 8 ? r->n - t0 : 8;
         avx2_group_columns(sf, ng, t0, tn, scol);
         avx2_group_columns(bf, ng, t0, tn, bcol);
-        for (int32_t j = 0; j < ng; j++)
-            _mm256_store_ps(sc + (size_t)j * CPU_BLOCK + t0, scol[j]), _mm256_store_ps(bc + (size_t)j * CPU_BLOCK + t0, bcol[j]);
+        for (int32_t j = 0; j < ng; j++) {
+            _mm256_store_ps(sc + (size_t)j * CPU_BLOCK + t0, scol[j]);
+            _mm256_store_ps(bc + (size_t)j * CPU_BLOCK + t0, bcol[j]);
+        }
     }
     switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
     case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds); break;
