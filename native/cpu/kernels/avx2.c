@@ -518,12 +518,8 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
 AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
                                                  const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
     const int32_t g = r->group, ng = d / g;
-    int ready = prep && qsum && d % 64 == 0 && (g == 32 || g == 64 || g == 128) && (ng == 1 || ng == 2 || ng == 4);
-    for (int32_t i = 0; ready && i < nq; i++) {
-        float Q;
-        memcpy(&Q, (const uint8_t *)prep + (size_t)i * CPU_Q4_PREP_STRIDE(d), sizeof Q);
-        ready = Q > 0.0f;
-    }
+    const int ready = qsum && d % 64 == 0 && (g == 32 || g == 64 || g == 128) && (ng == 1 || ng == 2 || ng == 4) &&
+                      cpu_q4_prepared(prep, nq, d);
     if (!ready) { /* not prepared (or a query q4_prep left to fp32), or a shape without the columns: fp32 */
         avx2_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
         return;

@@ -799,14 +799,8 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
 AVX512_VNNI_FN static void avx512_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
                                                      const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
     const int32_t g = r->group, ng = d / g;
-    const size_t stride = CPU_Q4_PREP_STRIDE(d);
-    int ready = prep && qsum && (g == 32 || g == 64 || g == 128);
-    for (int32_t i = 0; ready && i < nq; i++) {
-        float Q;
-        memcpy(&Q, (const uint8_t *)prep + (size_t)i * stride, sizeof Q);
-        ready = Q > 0.0f;
-    }
-    if (!ready) { /* not prepared (or a query q4_prep left to fp32): the FMA kernels */
+    /* not prepared (or a query q4_prep left to fp32): the FMA kernels */
+    if (!(qsum && (g == 32 || g == 64 || g == 128) && cpu_q4_prepared(prep, nq, d))) {
         avx512_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
         return;
     }

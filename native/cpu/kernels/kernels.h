@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,6 +112,18 @@ typedef struct cpu_chan {
 
 /* Bytes per query of q4_prep's output (64-byte aligned): a 128-byte header, then 3 int8 pieces per dim. */
 #define CPU_Q4_PREP_STRIDE(d) (((size_t)3 * (size_t)(d) + 128u + 63u) & ~(size_t)63u)
+
+/* Whether q4_prep prepared every one of the nq queries at prep (NULL: none): a query it left to the fp32
+ * kernels has a first group scale of 0 in its header. */
+static inline int cpu_q4_prepared(const void *prep, int32_t nq, int32_t d) {
+    int ready = prep != NULL;
+    for (int32_t i = 0; ready && i < nq; i++) {
+        float Q;
+        memcpy(&Q, (const uint8_t *)prep + (size_t)i * CPU_Q4_PREP_STRIDE(d), sizeof Q);
+        ready = Q > 0.0f;
+    }
+    return ready;
+}
 
 typedef struct cpu_kernels {
     /* s[i][t] = q_i · k̂_t for the n rows of r (d dims). qsum may be NULL for f32/f16. prep: q4_prep's output
