@@ -31,6 +31,7 @@ void gokv_layout_init(gokv_layout *L, const gokv_pool_desc *d) {
     /* Sizes of one kv head's part of each section; the sections of one head are laid end to end (each on a
      * 64-byte boundary) and the heads follow each other, so the X_head fields are the stride between heads. */
     uint64_t k_codes_bytes, k_sb_bytes, v_codes_bytes = 0, v_sb_bytes = 0;
+    L->k_tiled = 0;
     if (L->kivi) {
         /* per token group: d_k channels x g tokens packed along tokens */
         L->k_row_bytes = (uint64_t)L->d_k * (uint64_t)L->group * bits / 8u;
@@ -40,7 +41,9 @@ void gokv_layout_init(gokv_layout *L, const gokv_pool_desc *d) {
     } else {
         L->k_row_bytes = (uint64_t)L->d_k * bits / 8u;
         L->k_groups = quant ? L->d_k / L->group : 0;
-        k_codes_bytes = L->k_row_bytes * P;
+        L->k_tiled = d->format == GOKV_FORMAT_Q4 && !L->v_is_k_prefix; /* d_k % 32 == 0: whole dwords */
+        const uint64_t slots = L->k_tiled ? (P + GOKV_KEY_TILE - 1u) / GOKV_KEY_TILE * GOKV_KEY_TILE : P;
+        k_codes_bytes = L->k_row_bytes * slots;
         k_sb_bytes = (uint64_t)L->k_groups * P * 2u;
     }
     /* values: always per token */

@@ -17,6 +17,14 @@
  *     k_bias   [P/g][d_k] fp16
  *   then v_codes, v_scale, v_bias laid out per token like the first case (absent with v_is_k_prefix).
  *
+ * q4 keys (k_tiled: format q4 without v_is_k_prefix, whose values read the key rows) keep that packing, but
+ * their k_codes are stored in tiles of GOKV_KEY_TILE = 16 tokens, dword-column-major:
+ *     k_codes  [ceil(P/16)][d_k/8][16] uint32   dword j of slot t's row (dims 8j..8j+7, byte = q0 | q1<<4)
+ *              at tile t/16, column j, lane t%16
+ * so that the 16 tokens of one dword column are one 64-byte line: what a SIMD kernel that keeps tokens in
+ * lanes consumes (the CPU's VNNI and AVX2 kernels, a GPU subgroup), with no transpose at every read. A page
+ * whose P is not a multiple of 16 pads its last tile. gokv_k_code_byte gives where a row's byte lives.
+ *
  * Head h's section X starts at X + h * X_head (X_head is the head block's size for every section).
  *
  * Quantization is asymmetric affine per group: s = (max - min) / (2^bits - 1), b = min (both stored as
@@ -44,6 +52,7 @@ typedef struct gokv_layout {
     int32_t d_k, d_v;
     int32_t v_is_k_prefix;
     int32_t kivi;          /* 1 for KIVI formats (keys per channel) */
+    int32_t k_tiled;       /* 1: k_codes in tiles of GOKV_KEY_TILE tokens (q4 keys, above) */
     int32_t residual;      /* R */
     int32_t ring_rows;     /* R + g for KIVI, else 0 */
     /* per-token sections: bytes per row, groups per row */
@@ -60,6 +69,15 @@ typedef struct gokv_layout {
 
 /* Fills L from a validated pool description (page_size already defaulted). */
 void gokv_layout_init(gokv_layout *L, const gokv_pool_desc *d);
+
+enum { GOKV_KEY_TILE = 16 };
+
+/* Offset of byte b of slot's key row inside a head's k_codes section (per-token keys). */
+static inline uint64_t gokv_k_code_byte(const gokv_layout *L, int32_t slot, uint64_t b) {
+    if (!L->k_tiled) return (uint64_t)slot * L->k_row_bytes + b;
+    return (uint64_t)(slot / GOKV_KEY_TILE) * GOKV_KEY_TILE * L->k_row_bytes + (b / 4u) * (4u * GOKV_KEY_TILE) +
+           (uint64_t)(slot % GOKV_KEY_TILE) * 4u + b % 4u;
+}
 
 static inline int32_t gokv_format_bits(int32_t format) {
     switch (format) {

@@ -79,8 +79,10 @@ static inline cpu_rows cpu_page_rows(const gokv_layout *L, const uint8_t *page, 
     const uint64_t row_bytes = v ? L->v_row_bytes : L->k_row_bytes;
     const uint64_t sb = v ? L->v_sb_head : L->k_sb_head;
     const int32_t groups = v ? L->v_groups : L->k_groups;
-    r.codes = page + codes + (uint64_t)slot * row_bytes;
+    const int tiled = !v && L->k_tiled;
+    r.codes = page + codes + (tiled ? gokv_k_code_byte(L, slot - slot % CPU_TILE, 0) : (uint64_t)slot * row_bytes);
     r.row_stride = row_bytes;
+    r.tile = tiled ? slot % CPU_TILE : -1;
     r.scale = groups ? (const uint16_t *)(page + (v ? L->v_scale : L->k_scale) + h * sb) + (size_t)slot * groups : NULL;
     r.bias = groups ? (const uint16_t *)(page + (v ? L->v_bias : L->k_bias) + h * sb) + (size_t)slot * groups : NULL;
     r.sb_stride = (size_t)groups;
@@ -105,13 +107,14 @@ static inline void cpu_rows_join(cpu_rows *r, const cpu_rows *next) {
 }
 
 /* The bytes of r's rows (codes, then scales and biases when quantized, of each run; NULL r: none) into
- * regions at .. at + 5 of a prefetch hint, every one of them written. */
+ * regions at .. at + 5 of a prefetch hint, every one of them written. Tiled codes: the tiles they touch. */
 static inline void cpu_rows_hint(const cpu_rows *r, cpu_prefetch *pf, int at) {
     const int runs = !r ? 0 : r->codes2 ? 2 : 1, sb = r && r->scale;
     for (int k = 0; k < 2; k++) {
         const size_t n = k >= runs ? 0 : (size_t)(runs == 1 ? r->n : k == 0 ? r->n1 : r->n - r->n1);
+        const size_t lanes = r && r->tile >= 0 ? (size_t)(k ? 0 : r->tile) + n : 0;
         pf->p[at + 3 * k] = n ? (k ? r->codes2 : r->codes) : NULL;
-        pf->n[at + 3 * k] = n ? r->row_stride * n : 0;
+        pf->n[at + 3 * k] = !n ? 0 : lanes ? (lanes + CPU_TILE - 1) / CPU_TILE * CPU_TILE * r->row_stride : r->row_stride * n;
         pf->p[at + 3 * k + 1] = n && sb ? (const uint8_t *)(k ? r->scale2 : r->scale) : NULL;
         pf->p[at + 3 * k + 2] = n && sb ? (const uint8_t *)(k ? r->bias2 : r->bias) : NULL;
         pf->n[at + 3 * k + 1] = pf->n[at + 3 * k + 2] = n && sb ? r->sb_stride * n * 2u : 0;
@@ -146,6 +149,7 @@ static inline cpu_rows cpu_ring_rows(const gokv_layout *L, const uint8_t *ring, 
     const int v = value && !L->v_is_k_prefix;
     const int32_t d = v ? L->d_v : L->d_k;
     r.codes = ring + (v ? L->ring_v : L->ring_k) + ((size_t)r0 * L->n_kv_heads + h) * d * 2u;
+    r.tile = -1;
     r.row_stride = (size_t)L->n_kv_heads * d * 2u;
     r.scale = r.bias = NULL;
     r.sb_stride = 0;

@@ -38,7 +38,7 @@ static double now(void) {
 /* Rows of block b's keys (value 0) or values (1). */
 static cpu_rows rows(uint8_t *mem, long b, int value) {
     uint8_t *h = mem + (size_t)b * BLOCK + (size_t)value * HALF;
-    return (cpu_rows){h, D / 2, (const uint16_t *)(h + CODES), (const uint16_t *)(h + CODES + SB), NG, N, CPU_ENC_Q4, G, NULL, NULL, NULL, NULL, 0};
+    return (cpu_rows){h, D / 2, (const uint16_t *)(h + CODES), (const uint16_t *)(h + CODES + SB), NG, N, CPU_ENC_Q4, G, NULL, NULL, NULL, NULL, 0, -1};
 }
 
 static float q[NQ * D], qsum[NQ * NG], s[NQ * N], o[NQ * D];

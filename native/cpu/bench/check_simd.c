@@ -60,7 +60,7 @@ static rows_buf make_rows(int32_t enc, int32_t n, int32_t d, int32_t g, int cont
     }
     if (enc >= CPU_ENC_Q8 && n > 1) b.scale[sb_stride] = 0; /* a constant group */
     b.r = (cpu_rows){b.codes, row_bytes, enc >= CPU_ENC_Q8 ? b.scale : NULL, enc >= CPU_ENC_Q8 ? b.bias : NULL,
-                     sb_stride, n, enc, g, NULL, NULL, NULL, NULL, 0};
+                     sb_stride, n, enc, g, NULL, NULL, NULL, NULL, 0, -1};
     return b;
 }
 static void free_rows(rows_buf *b) { free(b->codes), free(b->scale), free(b->bias); }
@@ -195,6 +195,73 @@ static void check_two_runs(const cpu_kernels *T, const char *lvl, int32_t enc, i
            what);
     for (int x = 0; x < 2; x++) free(s[x]), free(o[x]), free(k[x]);
     free(q), free(qsum), free(p), free(prep), free(codes2), free(scale2), free(bias2);
+    free_rows(&b);
+}
+
+/* q4 keys as the pool tiles them (gokv_layout.h): the n rows of make_rows laid into tiles of CPU_TILE lanes from
+ * lane `lane0`, in one run or in two (the second from n1, a multiple of CPU_RUN_ALIGN, starting its own tile).
+ * Every table must read them as the scalar table reads the plain rows: scores (prepared, fp32, without qsum)
+ * to 1e-5, dequant_row exactly. */
+static void check_tiled(const cpu_kernels *S, const cpu_kernels *V, const char *lvl, int32_t g, int32_t n, int32_t n1,
+                        int32_t lane0, int32_t nq, int32_t d) {
+    char what[256];
+    rows_buf b = make_rows(CPU_ENC_Q4, n, d, g, 1);
+    const size_t rb = (size_t)d / 2, tile = (size_t)CPU_TILE * rb;
+    const int32_t runs = n1 > 0 && n1 < n ? 2 : 1, na = runs == 2 ? n1 : n;
+    const size_t tiles_a = (size_t)(lane0 + na + CPU_TILE - 1) / CPU_TILE, tiles_b = (size_t)(n - na + CPU_TILE - 1) / CPU_TILE;
+    uint8_t *ta = aligned_alloc(64, tiles_a * tile), *tb = aligned_alloc(64, (tiles_b + 1) * tile);
+    for (size_t i = 0; i < tiles_a * tile; i++) ta[i] = (uint8_t)rnd(); /* lanes of other tokens: anything */
+    for (size_t i = 0; i < (tiles_b + 1) * tile; i++) tb[i] = (uint8_t)rnd();
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t pos = t < na ? lane0 + t : t - na;
+        uint8_t *base = (t < na ? ta : tb) + (size_t)(pos / CPU_TILE) * tile + (size_t)(pos % CPU_TILE) * 4;
+        for (size_t j = 0; j < rb / 4; j++) memcpy(base + j * 4 * CPU_TILE, b.codes + (size_t)t * b.r.row_stride + 4 * j, 4);
+    }
+    cpu_rows tr = b.r;
+    tr.codes = ta;
+    tr.row_stride = rb;
+    tr.tile = lane0;
+    if (runs == 2) {
+        tr.codes2 = tb;
+        tr.scale2 = b.scale + (size_t)n1 * b.r.sb_stride;
+        tr.bias2 = b.bias + (size_t)n1 * b.r.sb_stride;
+        tr.n1 = n1;
+    }
+    const size_t ldq = d + 5, lds = CPU_BLOCK + 3;
+    const int32_t ng = d / g;
+    float *q = malloc(sizeof(float) * ldq * nq), *qsum = calloc((size_t)nq * ng, sizeof(float));
+    float *s0 = malloc(sizeof(float) * lds * nq), *s1 = malloc(sizeof(float) * lds * nq);
+    float *k0 = malloc(sizeof(float) * d), *k1 = malloc(sizeof(float) * d);
+    for (size_t i = 0; i < ldq * nq; i++) q[i] = frand(-1, 1);
+    for (int32_t i = 0; i < nq; i++)
+        for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
+    void *prep = V->q4_prep ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
+    if (prep) V->q4_prep(q, ldq, nq, d, g, prep);
+    S->score_rows[CPU_ENC_Q4](&b.r, d, q, ldq, qsum, NULL, nq, s0, lds);
+    for (int mode = 0; mode < 3; mode++) { /* prepared (where the table prepares), fp32, without the group sums */
+        if (mode == 0 && !prep) continue;
+        if (mode == 2 && (!strcmp(lvl, "neon") || !strcmp(lvl, "scalar"))) continue; /* x86 only, as check_rows */
+        V->score_rows[CPU_ENC_Q4](&tr, d, q, ldq, mode == 2 ? NULL : qsum, mode == 0 ? prep : NULL, nq, s1, lds);
+        double worst = 0;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t i = 0; i < nq; i++) {
+                double mag = 0;
+                S->dequant_row(&b.r, t, d, k0);
+                for (int32_t c = 0; c < d; c++) mag += fabs((double)q[i * ldq + c] * k0[c]);
+                const double err = fabs((double)s0[i * lds + t] - s1[i * lds + t]) / (mag + 1e-30);
+                worst = err > worst ? err : worst;
+            }
+        snprintf(what, sizeof what, "%s tiled q4 score_rows mode %d g %d n %d n1 %d lane %d nq %d d %d: rel err %.3g", lvl,
+                 mode, g, n, n1, lane0, nq, d, worst);
+        expect(worst <= 1e-5, what);
+    }
+    for (int32_t t = 0; t < n; t++) {
+        S->dequant_row(&b.r, t, d, k0);
+        V->dequant_row(&tr, t, d, k1);
+        snprintf(what, sizeof what, "%s tiled q4 dequant_row g %d n %d n1 %d lane %d d %d t %d", lvl, g, n, n1, lane0, d, t);
+        expect(memcmp(k0, k1, sizeof(float) * d) == 0, what);
+    }
+    free(q), free(qsum), free(s0), free(s1), free(k0), free(k1), free(prep), free(ta), free(tb);
     free_rows(&b);
 }
 
@@ -422,6 +489,7 @@ int main(void) {
     const cpu_kernels *S = cpu_kernels_get(GOKV_CPU_SCALAR);
     const int32_t hw = gokv_cpu_simd_level();
     int scalar_runs_checked = 0; /* the scalar table's two-run check, with the first SIMD level's */
+    int scalar_tiled_checked = 0; /* and its tiled check */
     for (int32_t level = 1; level <= 3; level++) {
         if (!(level <= hw && (hw != GOKV_CPU_NEON || level == GOKV_CPU_NEON))) continue;
         const cpu_kernels *V = cpu_kernels_get(level);
@@ -458,6 +526,18 @@ int main(void) {
                     check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 64, 36);
                 }
         for (int32_t gi = 0; gi < 3; gi++) check_q4_prep(S, V, lvl, gs[gi]);
+        const int32_t tiled_ns[] = {1, 7, 16, 33, 100, 128}, lanes[] = {0, 3, 8, 15};
+        for (int32_t gi = 0; gi < 3; gi++)
+            for (int32_t di = 0; di < 3; di++)
+                for (int32_t ni = 0; ni < 6; ni++)
+                    for (int32_t li = 0; li < 4; li++) {
+                        const int32_t d = ds[di], n = tiled_ns[ni];
+                        if (d % gs[gi]) continue;
+                        if (!scalar_tiled_checked) check_tiled(S, S, "scalar", gs[gi], n, 0, lanes[li], nqs[(ni + li) % 5], d);
+                        check_tiled(S, V, lvl, gs[gi], n, 0, lanes[li], nqs[(ni + li) % 5], d);
+                        if (n > 32) check_tiled(S, V, lvl, gs[gi], n, 32 * ((n - 1) / 32), lanes[li], nqs[li], d);
+                    }
+        scalar_tiled_checked = 1;
         check_max(S, V, lvl);
         check_exp(S, V, lvl);
         printf("%s kernels: %d checks, %d failures so far\n", lvl, checks, failures);

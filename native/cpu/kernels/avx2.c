@@ -134,7 +134,8 @@ AVX2_INLINE void avx2_score_core(const cpu_rows *r, int32_t d, const float *qp, 
         cpu_prefetch_step(&pw);
         for (int32_t tt = 0; tt < tn; tt++) {
             const int32_t t = t0 + tt;
-            const uint8_t *row = cpu_row_codes(r, t);
+            uint8_t tmp[CPU_TILE_ROW_MAX]; /* tiled rows (q4 keys without the lanes kernels' qsum): gathered */
+            const uint8_t *row = cpu_row_load(r, t, tmp);
             __m256 acc_a[AVX2_MAX_NQ], acc_b[AVX2_MAX_NQ];
 #pragma GCC unroll 4
             for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
@@ -295,17 +296,31 @@ AVX2_INLINE void avx2_transpose_dwords(__m256i *r) {
     for (int c = 0; c < 4; c++) r[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20), r[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
 }
 
+/* The 8 rows from t0 (tn of them, one run) as plain rows at row_stride apart, for a kernel to transpose: in
+ * place for plain rows, gathered into buf for tiled rows that do not start 8 lanes of a tile; NULL when
+ * in_place (cpu_tile_columns) already has their columns. */
+static inline const uint8_t *avx2_plain_rows(const cpu_rows *r, int32_t t0, int32_t tn, const int32_t *in_place,
+                                             uint8_t *buf) {
+    if (in_place) return NULL;
+    if (r->tile < 0) return cpu_row_codes(r, t0);
+    cpu_rows_untile(r, t0, tn, buf);
+    return buf;
+}
+
 AVX2_INLINE void avx2_score_q4_lanes(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
                                      const int NQ, const float *sf, const float *bf, int32_t ng, float *s, size_t lds,
                                      const cpu_prefetch *pf) {
     const int32_t rb = d / 2, n = r->n, gshift = __builtin_ctz((unsigned)r->group);
     const __m256i m15 = _mm256_set1_epi32(15);
-    int32_t cols[8][8] __attribute__((aligned(32)));
+    int32_t cols_buf[8][8] __attribute__((aligned(32)));
+    uint8_t rows_buf[8 * CPU_TILE_ROW_MAX];
     cpu_prefetch_walk pw;
     cpu_prefetch_start(&pw, pf, (n + 7) / 8);
     for (int32_t t0 = 0; t0 < n; t0 += 8) {
         const int32_t tn = n - t0 < 8 ? n - t0 : 8;
         cpu_prefetch_step(&pw);
+        const int32_t *in_place = cpu_tile_columns(r, t0, 8); /* tiled rows: columns of 16 lanes, 8 of them ours */
+        const uint8_t *rows0 = avx2_plain_rows(r, t0, tn, in_place, rows_buf);
         __m256 scol[4], bcol[4], acc[AVX2_MAX_NQ];
         avx2_group_columns(sf, ng, t0, tn, scol);
         avx2_group_columns(bf, ng, t0, tn, bcol);
@@ -316,23 +331,27 @@ AVX2_INLINE void avx2_score_q4_lanes(const cpu_rows *r, int32_t d, const float *
         }
         for (int32_t c0 = 0; c0 < rb; c0 += 32) { /* 32 bytes of each row: 8 dword columns, 64 dims */
             const int32_t half = rb - c0 < 32; /* the row's last 16 bytes */
-            __m256i x[8];
-            const uint8_t *rows = cpu_row_codes(r, t0) + c0; /* 8 rows of one run (CPU_RUN_ALIGN) */
-            for (int u = 0; u < 8; u++) {
-                const uint8_t *src = rows + (size_t)u * r->row_stride;
-                x[u] = u >= tn ? _mm256_setzero_si256()
-                       : half  ? _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)src), 0)
-                               : _mm256_loadu_si256((const __m256i *)src);
+            const int32_t *cols = in_place ? in_place + (size_t)16 * (c0 / 4) : cols_buf[0];
+            const int32_t cs = in_place ? 16 : 8; /* column stride (int32s) */
+            if (!in_place) {
+                __m256i x[8];
+                const uint8_t *rows = rows0 + c0;
+                for (int u = 0; u < 8; u++) {
+                    const uint8_t *src = rows + (size_t)u * r->row_stride;
+                    x[u] = u >= tn ? _mm256_setzero_si256()
+                           : half  ? _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)src), 0)
+                                   : _mm256_loadu_si256((const __m256i *)src);
+                }
+                avx2_transpose_dwords(x);
+                for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)cols_buf[c], x[c]);
             }
-            avx2_transpose_dwords(x);
-            for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)cols[c], x[c]);
             for (int32_t U = 0; U < (half ? 1 : 2); U++) { /* 4 columns: 32 dims, one scale */
                 const int32_t dim0 = c0 * 2 + U * 32;
                 __m256 in[AVX2_MAX_NQ][2];
 #pragma GCC unroll 4
                 for (int i = 0; i < NQ; i++) in[i][0] = in[i][1] = _mm256_setzero_ps();
                 for (int cc = 0; cc < 4; cc++) {
-                    const __m256i xw = _mm256_load_si256((const __m256i *)cols[4 * U + cc]);
+                    const __m256i xw = _mm256_load_si256((const __m256i *)(cols + cs * (4 * U + cc)));
 #pragma GCC unroll 8
                     for (int k = 0; k < 8; k++) {
                         const __m256i sh = k ? _mm256_srli_epi32(xw, 4 * k) : xw;
@@ -483,6 +502,7 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     int32_t lo[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
     int32_t hi[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
+    uint8_t rows_buf[8 * CPU_TILE_ROW_MAX];
     cpu_prefetch_walk pw;
     cpu_prefetch_start(&pw, r->pf, (n + 7) / 8);
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
@@ -492,13 +512,18 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
             const int32_t tb = t0 + 8 * b;
             tn[b] = n - tb < 8 ? n - tb : 8;
             cpu_prefetch_step(&pw);
-            const uint8_t *rows = cpu_row_codes(r, tb); /* 8 rows of one run (CPU_RUN_ALIGN) */
+            const int32_t *in_place = cpu_tile_columns(r, tb, 8); /* tiled: columns of 16 lanes, 8 of them ours */
+            const uint8_t *rows = avx2_plain_rows(r, tb, tn[b], in_place, rows_buf);
             for (int32_t c0 = 0; c0 < rb; c0 += 32) {
                 __m256i x[8];
-                for (int u = 0; u < 8; u++)
-                    x[u] = u < tn[b] ? _mm256_loadu_si256((const __m256i *)(rows + (size_t)u * r->row_stride + c0))
-                                     : _mm256_setzero_si256();
-                avx2_transpose_dwords(x);
+                if (in_place) {
+                    for (int c = 0; c < 8; c++) x[c] = _mm256_loadu_si256((const __m256i *)(in_place + 16 * (c0 / 4 + c)));
+                } else {
+                    for (int u = 0; u < 8; u++)
+                        x[u] = u < tn[b] ? _mm256_loadu_si256((const __m256i *)(rows + (size_t)u * r->row_stride + c0))
+                                         : _mm256_setzero_si256();
+                    avx2_transpose_dwords(x);
+                }
                 for (int c = 0; c < 8; c++) {
                     _mm256_store_si256((__m256i *)lo[b][c0 / 4 + c], _mm256_and_si256(x[c], m4));
                     _mm256_store_si256((__m256i *)hi[b][c0 / 4 + c], _mm256_and_si256(_mm256_srli_epi32(x[c], 4), m4));
@@ -757,7 +782,8 @@ AVX2_FN static float avx2_exp_sum(float *x, int32_t n, float m) {
 /* ---- dequant_row ---- */
 
 AVX2_FN static void avx2_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
-    const uint8_t *row = cpu_row_codes(r, t);
+    uint8_t tmp[CPU_TILE_ROW_MAX];
+    const uint8_t *row = cpu_row_load(r, t, tmp);
     float sf[AVX2_MAX_NG], bf[AVX2_MAX_NG];
     const int quant = r->enc >= CPU_ENC_Q8;
     if (quant) {

@@ -199,7 +199,9 @@ AVX512_INLINE void avx512_score_tokens(const cpu_rows *r, int32_t d, const float
     for (int u = 0; u < TU; u++)
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) acc[u][i] = _mm512_setzero_ps();
-    const uint8_t *row0 = cpu_row_codes(r, t); /* TU <= 4 rows of one run (CPU_RUN_ALIGN) */
+    uint8_t tmp[4 * CPU_TILE_ROW_MAX]; /* tiled rows (q4 keys without q4's kernels' qsum): gathered here */
+    const uint8_t *row0 = r->tile < 0 ? cpu_row_codes(r, t) : tmp; /* TU <= 4 rows of one run (CPU_RUN_ALIGN) */
+    if (r->tile >= 0) cpu_rows_untile(r, t, TU, tmp);
     const float *sf0 = sf + (size_t)t * ng, *bf0 = bf + (size_t)t * ng;
     /* 4- and 2-bit: the tokens' group tables first. Built inside the slab loop, each table's FMA queues
      * behind the previous slab's on the FMA pipes and its vpermps wait on it (bench_kernels: 59% of the
@@ -531,8 +533,8 @@ AVX512_INLINE void avx512_transpose_dwords(__m512i *r) {
 
 /* Chunk c (64 bytes of each row, left of them still in the row) of the 16 rows from t0, tn of them real and
  * the rest zero, as dword columns: after it, cols[k][t] is dword k of the chunk of row t0+t. */
-AVX512_INLINE void avx512_chunk_columns(const cpu_rows *r, int32_t t0, int32_t tn, int32_t c, int32_t left,
-                                        int32_t cols[16][16]) {
+AVX512_INLINE void avx512_chunk_transpose(const cpu_rows *r, int32_t t0, int32_t tn, int32_t c, int32_t left,
+                                          int32_t cols[16][16]) {
     const __mmask16 wm = avx512_mask(left / 4);
     __m512i x[16];
     const uint8_t *rows = cpu_row_codes(r, t0) + (size_t)c * 64; /* 16 rows of one run (CPU_RUN_ALIGN) */
@@ -544,6 +546,30 @@ AVX512_INLINE void avx512_chunk_columns(const cpu_rows *r, int32_t t0, int32_t t
     avx512_transpose_dwords(x);
     #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) _mm512_store_si512(cols[k], x[avx512_t16_reg[k]]);
+}
+
+/* The dword columns of the 16 tokens from t0 (tn of them, of one run), ncol of them (all of the row's):
+ * column k at the result + 16 k. Tiled rows whose t0 starts a tile are their own columns, read in place;
+ * tiled rows that do not (a window's first page) are shifted out of two tiles by one permute a column;
+ * plain rows are transposed. The last two write cols, whose lanes past tn are then zero or other tokens'
+ * (lanes the kernels mask). */
+AVX512_INLINE const int32_t *avx512_key_columns(const cpu_rows *r, int32_t t0, int32_t tn, int32_t ncol,
+                                                int32_t (*cols)[16]) {
+    if (r->tile < 0) {
+        for (int32_t c = 0; c * 16 < ncol; c++) avx512_chunk_transpose(r, t0, tn, c, (ncol - 16 * c) * 4, cols + 16 * c);
+        return cols[0];
+    }
+    const int32_t *in_place = cpu_tile_columns(r, t0, CPU_TILE);
+    if (in_place) return in_place;
+    int32_t pos;
+    const uint8_t *base = cpu_tile_base(r, t0, &pos);
+    const int32_t *a = (const int32_t *)(base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride), lane = pos % CPU_TILE;
+    const int32_t *b = lane + tn > CPU_TILE ? a + CPU_TILE * (r->row_stride / 4u) : a; /* the next tile, when read */
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(lane), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                                                      12, 13, 14, 15));
+    for (int32_t k = 0; k < ncol; k++)
+        _mm512_store_si512(cols[k], _mm512_permutex2var_epi32(_mm512_load_si512(a + 16 * k), idx, _mm512_load_si512(b + 16 * k)));
+    return cols[0];
 }
 
 /* The start of the 16 tokens from t0 (of n) in a q4 lanes kernel: asks for the prefetch walk's next slice,
@@ -569,7 +595,7 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
     const int32_t rb = d / 2, nchunk = (rb + 63) / 64, n = r->n; /* row bytes: a multiple of 16 (d % 32 == 0) */
     const int32_t gshift = __builtin_ctz((unsigned)r->group);
     const __m512 ctab = _mm512_loadu_ps(avx512_lut4_codes);
-    int32_t cols[16][16] __attribute__((aligned(64)));
+    int32_t cols_buf[AVX512_MAX_D / 8][16] __attribute__((aligned(64)));
     cpu_prefetch_walk pw;
     cpu_prefetch_start(&pw, pf, (n + 15) / 16);
     for (int32_t t0 = 0; t0 < n; t0 += 16) {
@@ -578,9 +604,10 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
         const int32_t tn = avx512_lanes_start(acc, NQ, bf, ng, t0, n, qsum, &pw, &m);
         __m512 scol = _mm512_setzero_ps(); /* the scales of group scol_j: one column per group, not per 32 dims */
         int32_t scol_j = -1;
+        const int32_t *cols0 = avx512_key_columns(r, t0, tn, rb / 4, cols_buf);
         for (int32_t c = 0; c < nchunk; c++) {
             const int32_t left = rb - c * 64, units = left >= 64 ? 4 : left / 16;
-            avx512_chunk_columns(r, t0, tn, c, left, cols);
+            const int32_t *cols = cols0 + (size_t)c * 256; /* the chunk's 16 columns */
             for (int U = 0; U < units; U++) {
                 const int32_t dim0 = (c * 4 + U) * 32; /* these 4 dword columns: 32 dims */
                 __m512 in[AVX512_MAX_NQ][4];
@@ -588,7 +615,7 @@ AVX512_INLINE void avx512_score_q4_lanes(const cpu_rows *r, int32_t d, const flo
                 for (int i = 0; i < NQ; i++) in[i][0] = in[i][1] = in[i][2] = in[i][3] = _mm512_setzero_ps();
                 #pragma GCC unroll 4
                 for (int cc = 0; cc < 4; cc++) {
-                    const __m512i xw = _mm512_load_si512(cols[4 * U + cc]);
+                    const __m512i xw = _mm512_load_si512(cols + 16 * (4 * U + cc));
                     #pragma GCC unroll 8
                     for (int k = 0; k < 8; k++) {
                         const __m512i sh = k ? _mm512_srli_epi32(xw, 4 * k) : xw;
@@ -700,7 +727,7 @@ AVX512_VNNI_FN static void avx512_q4_prep(const float *q, size_t ldq, int32_t nq
  * blocks (the load slots, above). The accumulators are reset per group, inside a fully unrolled column
  * loop: carried across a loop that is not unrolled, GCC 12 copies vpdpbusd accumulators back and forth
  * (two zmm moves per instruction). */
-AVX512_VNNI_INLINE void avx512_vnni_tile(int32_t (*cols)[AVX512_MAX_D / 8][16], int32_t ncol, const uint8_t *prep,
+AVX512_VNNI_INLINE void avx512_vnni_tile(const int32_t *const *cols, int32_t ncol, const uint8_t *prep,
                                           size_t stride, const float *qsum, const int QB, const int TB, const int CPG,
                                           const float *sc, const float *bc, int32_t ng, int32_t t0, const int32_t *tn,
                                           float *s, size_t lds) {
@@ -728,7 +755,7 @@ AVX512_VNNI_INLINE void avx512_vnni_tile(int32_t (*cols)[AVX512_MAX_D / 8][16], 
             __m512i lo[2], hi[2];
             #pragma GCC unroll 2
             for (int b = 0; b < TB; b++) {
-                __m512i xw = _mm512_load_si512(cols[b][k0 + k]);
+                __m512i xw = _mm512_load_si512(cols[b] + 16 * (k0 + k));
                 __asm__("" : "+v"(xw)); /* one load: GCC would fold it into both the and and the shift */
                 lo[b] = _mm512_and_si512(xw, m4), hi[b] = _mm512_and_si512(_mm512_srli_epi32(xw, 4), m4);
             }
@@ -768,21 +795,21 @@ AVX512_VNNI_INLINE void avx512_vnni_tile(int32_t (*cols)[AVX512_MAX_D / 8][16], 
 AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const void *prep_, const float *qsum,
                                              int32_t nq, const int CPG, const float *sc, const float *bc, int32_t ng,
                                              float *s, size_t lds) {
-    const int32_t rb = d / 2, nchunk = (rb + 63) / 64, ncol = rb / 4, n = r->n; /* groups never straddle a chunk */
+    const int32_t rb = d / 2, ncol = rb / 4, n = r->n;
     const size_t stride = CPU_Q4_PREP_STRIDE(d);
     const uint8_t *prep = prep_;
-    int32_t cols[2][AVX512_MAX_D / 8][16] __attribute__((aligned(64)));
+    int32_t cols_buf[2][AVX512_MAX_D / 8][16] __attribute__((aligned(64)));
     cpu_prefetch_walk pw;
     cpu_prefetch_start(&pw, r->pf, (n + 15) / 16);
     for (int32_t t0 = 0; t0 < n; t0 += 32) {
         int32_t tn[2] = {0, 0};
+        const int32_t *cols[2] = {NULL, NULL};
         const int TB = n - t0 > 16 ? 2 : 1;
         for (int b = 0; b < TB; b++) {
             const int32_t tb = t0 + 16 * b;
             tn[b] = n - tb < 16 ? n - tb : 16;
             cpu_prefetch_step(&pw);
-            for (int32_t c = 0; c < nchunk; c++)
-                avx512_chunk_columns(r, tb, tn[b], c, rb - c * 64, (int32_t (*)[16])cols[b][c * 16]);
+            cols[b] = avx512_key_columns(r, tb, tn[b], ncol, cols_buf[b]);
         }
         for (int32_t i0 = 0; i0 < nq; i0 += 2) {
             const uint8_t *pi = prep + (size_t)i0 * stride;
@@ -1009,7 +1036,8 @@ AVX512_FN static float avx512_exp_sum(float *x, int32_t n, float m) {
 /* ---- dequant_row ---- */
 
 AVX512_FN static void avx512_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
-    const uint8_t *row = cpu_row_codes(r, t);
+    uint8_t tmp[CPU_TILE_ROW_MAX];
+    const uint8_t *row = cpu_row_load(r, t, tmp);
     float sf[AVX512_MAX_NG], bf[AVX512_MAX_NG];
     const int quant = r->enc >= CPU_ENC_Q8;
     if (quant) {

@@ -52,10 +52,14 @@ typedef struct cpu_prefetch {
  * work: the scale columns, the weight folds, the accumulators' start and end, the softmax of its scores).
  * With a second run (codes2 != NULL), tokens [n1, n) are its rows 0.. (same strides), and n1 is a multiple
  * of CPU_RUN_ALIGN, so that no 16- or 32-token piece of a kernel straddles the runs: kernels address rows
- * through cpu_row_codes / cpu_row_scale / cpu_row_bias at a piece's first token. */
+ * through cpu_row_codes / cpu_row_scale / cpu_row_bias at a piece's first token.
+ * q4 keys may be tiled (gokv_layout.h: tiles of CPU_TILE tokens, dword-column-major; tile >= 0): codes then
+ * points at the tile holding row 0, which sits in lane `tile` of it, and a second run starts at lane 0 of its
+ * page's first tile. Tiled rows are never handed to accum_rows (values are plain rows), and kernels read them
+ * through cpu_tile_columns (a piece's columns in place), cpu_row_load or cpu_rows_untile. */
 typedef struct cpu_rows {
-    const uint8_t *codes;   /* row t at codes + t * row_stride (bytes) */
-    size_t row_stride;
+    const uint8_t *codes;   /* row t at codes + t * row_stride (bytes); tiled: see above */
+    size_t row_stride;      /* bytes of one row (tiled: too, though rows are not laid end to end) */
     const uint16_t *scale;  /* fp16, row t's groups at scale + t * sb_stride (elements); NULL for f32/f16 */
     const uint16_t *bias;
     size_t sb_stride;
@@ -67,7 +71,11 @@ typedef struct cpu_rows {
     const uint8_t *codes2;
     const uint16_t *scale2, *bias2;
     int32_t n1;             /* tokens in the first run when codes2 is set: a multiple of CPU_RUN_ALIGN, < n */
+    int32_t tile;           /* -1: plain rows; else tiled, row 0 in lane `tile` of the tile at codes */
 } cpu_rows;
+
+/* tokens per tile of tiled q4 keys (GOKV_KEY_TILE), and the most bytes of a tiled row (d <= 1024) */
+enum { CPU_TILE = 16, CPU_TILE_ROW_MAX = 512 };
 
 /* Row t's codes, scales and biases, and the first token of the run after t's (n when none): rows from t up
  * to it follow each other at the strides. */
@@ -81,6 +89,49 @@ static inline const uint16_t *cpu_row_bias(const cpu_rows *r, int32_t t) {
     return r->codes2 && t >= r->n1 ? r->bias2 + (size_t)(t - r->n1) * r->sb_stride : r->bias + (size_t)t * r->sb_stride;
 }
 static inline int32_t cpu_run_end(const cpu_rows *r, int32_t t) { return r->codes2 && t < r->n1 ? r->n1 : r->n; }
+
+/* Tiled rows: row t's run base, and its position (lane0 + t) counted from that base's tile. */
+static inline const uint8_t *cpu_tile_base(const cpu_rows *r, int32_t t, int32_t *pos) {
+    if (r->codes2 && t >= r->n1) {
+        *pos = t - r->n1;
+        return r->codes2;
+    }
+    *pos = r->tile + t;
+    return r->codes;
+}
+
+/* Tiled rows: the dword columns of rows t .. t + w - 1 (w: 8 or 16, the piece of one run) in place, when they
+ * start a w-aligned run of lanes of one tile: column j at the result + 16 * j (int32s). NULL when the rows
+ * are plain or the piece is not aligned (the caller gathers them: cpu_rows_untile). */
+static inline const int32_t *cpu_tile_columns(const cpu_rows *r, int32_t t, int32_t w) {
+    if (r->tile < 0) return NULL;
+    int32_t pos;
+    const uint8_t *base = cpu_tile_base(r, t, &pos);
+    if (pos % w) return NULL;
+    return (const int32_t *)(base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride) + pos % CPU_TILE;
+}
+
+/* Copies rows t .. t + n - 1 of r (of one run; plain or tiled) to out as plain rows of r->row_stride bytes. */
+static inline void cpu_rows_untile(const cpu_rows *r, int32_t t, int32_t n, uint8_t *out) {
+    if (r->tile < 0) {
+        memcpy(out, cpu_row_codes(r, t), (size_t)n * r->row_stride);
+        return;
+    }
+    const size_t words = r->row_stride / 4u;
+    for (int32_t u = 0; u < n; u++) {
+        int32_t pos;
+        const uint8_t *base = cpu_tile_base(r, t + u, &pos);
+        const uint8_t *tile = base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride + (size_t)(pos % CPU_TILE) * 4u;
+        for (size_t j = 0; j < words; j++) memcpy(out + (size_t)u * r->row_stride + 4u * j, tile + 4u * CPU_TILE * j, 4);
+    }
+}
+
+/* Row t's codes as one plain row: in place for plain rows, else gathered into tmp (row_stride bytes). */
+static inline const uint8_t *cpu_row_load(const cpu_rows *r, int32_t t, uint8_t *tmp) {
+    if (r->tile < 0) return cpu_row_codes(r, t);
+    cpu_rows_untile(r, t, 1, tmp);
+    return tmp;
+}
 
 /* Scale and bias of r's rows as floats, token-major (sf[t * ng + j]), run by run, through the caller's fp16
  * conversion halves(h, n, out) (each SIMD file passes its own; inlined, so the call is direct). */

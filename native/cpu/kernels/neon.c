@@ -72,8 +72,9 @@ static inline __attribute__((always_inline)) void neon_score_core(const cpu_rows
                                                                   const float *sf, const float *bf, int32_t ng, float *s,
                                                                   size_t lds) {
     const int32_t nslab = (d + 15) / 16, g = enc == CPU_ENC_Q4 ? r->group : 16;
+    uint8_t tmp[CPU_TILE_ROW_MAX]; /* tiled rows (q4 keys): each gathered here, a dword per 64 bytes */
     for (int32_t t = 0; t < r->n; t++) {
-        const uint8_t *row = cpu_row_codes(r, t);
+        const uint8_t *row = cpu_row_load(r, t, tmp);
         float32x4_t acc[NEON_MAX_NQ][2];
         for (int i = 0; i < NQ; i++) acc[i][0] = acc[i][1] = vdupq_n_f32(0.0f);
         for (int32_t k = 0; k < nslab; k++) {

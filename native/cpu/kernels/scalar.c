@@ -48,8 +48,9 @@ static void score_rows_quant(const cpu_rows *r, int32_t d, const float *q, size_
                              const void *prep, int32_t nq, float *s, size_t lds) {
     (void)prep;
     const int32_t g = r->group, ng = d / g;
+    uint8_t tmp[CPU_TILE_ROW_MAX];
     for (int32_t t = 0; t < r->n; t++) {
-        const uint8_t *row = cpu_row_codes(r, t);
+        const uint8_t *row = cpu_row_load(r, t, tmp);
         const uint16_t *sc = cpu_row_scale(r, t), *bi = cpu_row_bias(r, t);
         for (int32_t i = 0; i < nq; i++) {
             const float *qi = q + (size_t)i * ldq;
@@ -157,7 +158,8 @@ static float exp_sum_scalar(float *x, int32_t n, float m) {
 }
 
 static void dequant_row_scalar(const cpu_rows *r, int32_t t, int32_t d, float *out) {
-    const uint8_t *row = cpu_row_codes(r, t);
+    uint8_t tmp[CPU_TILE_ROW_MAX];
+    const uint8_t *row = cpu_row_load(r, t, tmp);
     if (r->enc == CPU_ENC_F32 || r->enc == CPU_ENC_F16) {
         for (int32_t c = 0; c < d; c++) out[c] = plain_at(row, r->enc, c);
         return;

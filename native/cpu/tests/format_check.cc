@@ -110,6 +110,15 @@ static void check_token_row(FailBudget &fb, const std::string &what, const uint8
     }
     const int32_t g = L.group, bits = L.kivi ? (L.bits) : L.bits;
     const int32_t groups = is_v ? L.v_groups : L.k_groups;
+    /* q4 keys (not MLA's, which its values read as rows) lie in tiles of 16 tokens: dword j of slot t's row at
+     * tile t/16, column j, lane t%16 (gokv_layout.h). Gathered into a plain row here, by that rule. */
+    const bool tiled = !is_v && L.format == GOKV_FORMAT_Q4 && !L.v_is_k_prefix;
+    EXPECT_EQ(L.k_tiled != 0, L.format == GOKV_FORMAT_Q4 && !L.v_is_k_prefix) << what;
+    const uint64_t rb = L.k_row_bytes;
+    std::vector<uint8_t> row(tiled ? (size_t)rb : 0);
+    const uint64_t tile0 = L.k_codes + (uint64_t)h * L.k_codes_head + (uint64_t)(slot / 16) * 16 * rb;
+    for (uint64_t b = 0; b < row.size(); b++) row[b] = page[tile0 + (b / 4) * 64 + (uint64_t)(slot % 16) * 4 + b % 4];
+    const uint8_t *codes_at = tiled ? row.data() : page + codes;
     const uint64_t sb = (uint64_t)h * (is_v ? L.v_sb_head : L.k_sb_head) + (uint64_t)slot * (uint64_t)groups * 2;
     for (int32_t j = 0; j < groups; j++) {
         std::vector<float> x((size_t)g), dq((size_t)g);
@@ -117,7 +126,7 @@ static void check_token_row(FailBudget &fb, const std::string &what, const uint8
         for (int32_t i = 0; i < g; i++) {
             x[(size_t)i] = round_in ? gokv_round_half(x_in[j * g + i]) : x_in[j * g + i];
             dq[(size_t)i] = dq_in[j * g + i];
-            q[(size_t)i] = code_at(page + codes, bits, j * g + i);
+            q[(size_t)i] = code_at(codes_at, bits, j * g + i);
         }
         const uint16_t sbits = half_bits_at(page, (is_v ? L.v_scale : L.k_scale) + sb + 2 * (uint64_t)j);
         const uint16_t bbits = half_bits_at(page, (is_v ? L.v_bias : L.k_bias) + sb + 2 * (uint64_t)j);

@@ -53,6 +53,7 @@ const StoreCase kStoreCases[] = {
     {GOKV_FORMAT_KIVI2, 32, 128, 64, 64, 64, 0}, {GOKV_FORMAT_KIVI4, 32, 0, 64, 128, 128, 0},
     {GOKV_FORMAT_KIVI4, 32, 64, 128, 96, 64, 1}, {GOKV_FORMAT_KIVI2, 64, 64, 64, 128, 128, 0},
     {GOKV_FORMAT_KIVI4, 128, 128, 128, 128, 128, 0}, {GOKV_FORMAT_KIVI2, 32, 32, 64, 96, 64, 1},
+    {GOKV_FORMAT_Q4, 32, 0, 24, 128, 64, 0},    {GOKV_FORMAT_Q4, 32, 0, 40, 96, 96, 0}, /* q4 keys' last tile padded */
 };
 INSTANTIATE_TEST_SUITE_P(Formats, StoredFormat, testing::ValuesIn(kStoreCases), store_case_name);
 
@@ -120,9 +121,10 @@ TEST(KnownValues, Q4PerTokenNibbles) {
     const uint8_t *page = gokv_cpu_page_bytes(o.pool.get(), o.seq.pages[0]);
     ASSERT_NE(page, nullptr);
     EXPECT_EQ(L->k_row_bytes, 32u);
+    EXPECT_EQ(L->k_tiled, 1); /* q4 keys: dword j of slot 0's row is column j's lane 0, 64 bytes apart */
     for (int i = 0; i < 32; i++) {
         const int q0 = (2 * i) % 16, q1 = (2 * i + 1) % 16;
-        EXPECT_EQ(page[L->k_codes + (uint64_t)i], (uint8_t)(q0 | q1 << 4)) << "K byte " << i;
+        EXPECT_EQ(page[L->k_codes + (uint64_t)(i / 4) * 64 + (uint64_t)(i % 4)], (uint8_t)(q0 | q1 << 4)) << "K byte " << i;
         EXPECT_EQ(page[L->v_codes + (uint64_t)i], (uint8_t)((15 - q0) | (15 - q1) << 4)) << "V byte " << i;
     }
     for (int j = 0; j < 2; j++) {
@@ -327,8 +329,11 @@ TEST(Layout, SizesAndSections) {
             need += H * P * (uint64_t)c.d_v * bits / 8;
             if (c.quantized()) need += H * P * (uint64_t)c.d_v / (uint64_t)c.group * 4;
         }
-        EXPECT_GE(page_bytes, need) << c.name();
-        EXPECT_LE(page_bytes, need + 6 * 64 * H + 64) << c.name() << ": more padding than 64-byte alignment needs";
+        EXPECT_EQ(L->k_tiled, c.format == GOKV_FORMAT_Q4 && !c.v_is_k_prefix) << c.name();
+        /* tiled q4 keys pad a page of P % 16 != 0 tokens to whole tiles of 16 */
+        const uint64_t tile_pad = L->k_tiled ? H * ((P + 15) / 16 * 16 - P) * (uint64_t)c.d_k * bits / 8 : 0;
+        EXPECT_GE(page_bytes, need + tile_pad) << c.name();
+        EXPECT_LE(page_bytes, need + tile_pad + 6 * 64 * H + 64) << c.name() << ": more padding than alignment and tiles need";
         if (c.kivi()) {
             EXPECT_EQ(L->ring_rows, c.residual + c.group);
             EXPECT_GE(L->ring_bytes, (uint64_t)L->ring_rows * H * (uint64_t)(c.d_k + (c.v_is_k_prefix ? 0 : c.d_v)) * 2);
