@@ -12,7 +12,8 @@
  *   gcc -std=c11 -O2 -I bridge -I native/cpu native/cpu/bench/bench_kernels.c bridge/gokv_core.c \
  *       bridge/gokv_layout.c bridge/gokv_validate.c bridge/gokv_unity.c -lm -lpthread
  * then run with -ghz <clock> -mb <walk size> [-avx2: the AVX2 kernels, peak counted in ymm FMAs]
- * [-novnni: q4 scores through the fp32 kernel where the table has the VNNI one].
+ * [-novnni: q4 scores through the fp32 kernel where the table has the VNNI one] [-plain: keys as plain rows, not
+ * the pool's tiles].
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -36,9 +37,11 @@ static double now(void) {
 }
 
 /* Rows of block b's keys (value 0) or values (1). */
+static int plain_keys; /* -plain: keys as plain rows (the layout before tiles), transposed at every read */
 static cpu_rows rows(uint8_t *mem, long b, int value) {
     uint8_t *h = mem + (size_t)b * BLOCK + (size_t)value * HALF;
-    return (cpu_rows){h, D / 2, (const uint16_t *)(h + CODES), (const uint16_t *)(h + CODES + SB), NG, N, CPU_ENC_Q4, G, NULL, NULL, NULL, NULL, 0, -1};
+    return (cpu_rows){h, D / 2, (const uint16_t *)(h + CODES), (const uint16_t *)(h + CODES + SB), NG, N, CPU_ENC_Q4, G,
+                      NULL, NULL, NULL, NULL, 0, value || plain_keys ? -1 : 0}; /* keys tiled from lane 0, as the pool's */
 }
 
 static float q[NQ * D], qsum[NQ * NG], s[NQ * N], o[NQ * D];
@@ -88,6 +91,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-mb") && i + 1 < argc) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "-avx2")) avx2 = 1, gokv_cpu_set_simd_limit(GOKV_CPU_AVX2); /* the AVX2 kernels here */
         else if (!strcmp(argv[i], "-novnni")) novnni = 1; /* q4 scores through the fp32 kernel even with VNNI */
+        else if (!strcmp(argv[i], "-plain")) plain_keys = 1;
     }
     const cpu_kernels *k = cpu_kernels_for_call(0);
     const long n = (long)(mb * 1e6 / BLOCK) > 4 ? (long)(mb * 1e6 / BLOCK) : 4;
