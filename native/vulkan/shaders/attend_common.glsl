@@ -134,7 +134,9 @@ void score_key_row(uint w0, uint sh0, uint bh0) {
         for (uint j = 0u; j < D_K / GQ; j++) {
             float sc = kv_half(sh0 + j), bi = kv_half(bh0 + j);
             for (uint v = 0u; v < V4G; v++) {
-                uvec4 u = KV4(w0 / 4u + j * V4G + v);
+                uint wv = w0 + 4u * (j * V4G + v) * key_stride(); // tiled: the four words KEY_TILE apart
+                uvec4 u = K_TILED ? uvec4(KVW(wv), KVW(wv + KEY_TILE), KVW(wv + 2u * KEY_TILE), KVW(wv + 3u * KEY_TILE))
+                                  : KV4(w0 / 4u + j * V4G + v);
                 [[unroll]] for (uint wi = 0u; wi < 4u; wi++)
                     [[unroll]] for (uint e = 0u; e < EPW; e += 4u) {
                         uvec4 code = (uvec4(u[wi]) >> (uvec4(e, e + 1u, e + 2u, e + 3u) * BITS)) & CODE_MASK;
@@ -268,7 +270,7 @@ void attend_main() {
                     score_kivi_key(uint(id), kvh, t % PAGE_SIZE);
                 } else {
                     uint sl = t % PAGE_SIZE;
-                    score_key_row(row_word(uint(id), kvh, sl, false), row_scale_half(uint(id), kvh, sl, 0u, false),
+                    score_key_row(key_word(uint(id), kvh, sl, 0u), row_scale_half(uint(id), kvh, sl, 0u, false),
                                   row_bias_half(uint(id), kvh, sl, 0u, false));
                 }
                 [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {

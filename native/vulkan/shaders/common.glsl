@@ -58,6 +58,11 @@ layout(constant_id = 29) const uint SUBGROUP_SIZE = 32;
 // ids 30..33 (VKB_SPEC_OP0..3) are declared by the shaders that use them.
 
 const uint FMT_F32 = 0u, FMT_F16 = 1u, FMT_Q8 = 2u, FMT_Q4 = 3u, FMT_KIVI2 = 4u, FMT_KIVI4 = 5u;
+// q4 keys (not MLA's, whose values read the key rows) lie in tiles of KEY_TILE tokens, dword-column-major
+// (bridge/gokv_layout.h): word j of slot t's row at tile t / 16, column j, lane t % 16, so the tokens of
+// neighbouring invocations read neighbouring words.
+const bool K_TILED = FORMAT == FMT_Q4 && V_IS_K_PREFIX == 0u;
+const uint KEY_TILE = 16u;
 const bool QUANTIZED = FORMAT >= FMT_Q8;
 const uint CODE_MASK = BITS >= 32u ? 0xffffffffu : ((1u << BITS) - 1u);
 
@@ -135,6 +140,13 @@ uint row_word(uint page, uint head, uint slot, bool is_v) {
     return is_v ? page * PAGE_WORDS + V_CODES_W + head * V_CODES_HEAD_W + slot * V_ROW_W
                 : page * PAGE_WORDS + K_CODES_W + head * K_CODES_HEAD_W + slot * K_ROW_W;
 }
+// Word j of kv head `head`'s key row `slot` (per-token keys); the row's next word is key_stride() on.
+uint key_word(uint page, uint head, uint slot, uint j) {
+    uint base = page * PAGE_WORDS + K_CODES_W + head * K_CODES_HEAD_W;
+    return K_TILED ? base + (slot / KEY_TILE) * KEY_TILE * K_ROW_W + j * KEY_TILE + slot % KEY_TILE
+                   : base + slot * K_ROW_W + j;
+}
+uint key_stride() { return K_TILED ? KEY_TILE : 1u; }
 // Half index of the scale (bias: + bias_minus_scale) of group j of a per-token row.
 uint row_scale_half(uint page, uint head, uint slot, uint j, bool is_v) {
     return is_v ? page * PAGE_WORDS * 2u + V_SCALE_H + head * V_SB_HEAD_H + slot * V_GROUPS + j
@@ -160,6 +172,10 @@ float row_elem(uint page, uint head, uint slot, uint c, bool is_v) {
     uint j = c / GROUP;
     float s = page_half(row_scale_half(page, head, slot, j, is_v));
     float b = page_half(row_bias_half(page, head, slot, j, is_v));
+    if (!is_v && K_TILED) {
+        uint bit = c * BITS;
+        return dequant((pages[key_word(page, head, slot, bit >> 5)] >> (bit & 31u)) & CODE_MASK, s, b);
+    }
     return dequant(page_code(w, c), s, b);
 }
 

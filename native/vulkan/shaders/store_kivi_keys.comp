@@ -46,5 +46,5 @@ void main() {
     uvec4 src = uvec4(ring_k_half(ring_slot, 0u, head, c), pc.k_w + (row * N_KV_HEADS + head) * D_K + c, t0, n0);
     uint code_word = page * PAGE_WORDS + K_CODES_W + head * K_CODES_HEAD_W + j * K_ROW_W + c * (GROUP * BITS / 32u);
     uint sb = page * PAGE_WORDS * 2u + head * K_SB_HEAD_H + j * D_K + c;
-    quantize_group(src, code_word, sb + K_SCALE_H, sb + K_BIAS_H);
+    quantize_group(src, code_word, 1u, sb + K_SCALE_H, sb + K_BIAS_H);
 }

@@ -60,7 +60,9 @@ void main() {
             pages[w + c0 / 2u + i] = float_to_half(up_f(src.x + 2u * i)) | (float_to_half(up_f(src.x + 2u * i + 1u)) << 16);
     } else {
         uint j = c0 / GROUP;
-        quantize_group(src, w + c0 * BITS / 32u, row_scale_half(page, head, slot, j, is_v),
+        bool tiled = !is_v && K_TILED;
+        quantize_group(src, tiled ? key_word(page, head, slot, c0 * BITS / 32u) : w + c0 * BITS / 32u,
+                       tiled ? key_stride() : 1u, row_scale_half(page, head, slot, j, is_v),
                        row_bias_half(page, head, slot, j, is_v));
     }
 }
