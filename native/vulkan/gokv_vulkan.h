@@ -34,6 +34,10 @@ gokv_status gokv_vulkan_measure_copy_gbps(gokv_device *dev, uint64_t bytes, doub
 enum { GOKV_VULKAN_INJECT_SUBMIT = 0, GOKV_VULKAN_INJECT_ALLOC = 1 };
 void gokv_vulkan_test_inject(int32_t site, int32_t vk_result);
 
+/* Test hook: copies page `page` of a Vulkan pool (page_bytes of its layout) to out, so that tests can hold
+ * what the shaders stored against bridge/gokv_layout.h and the CPU backend's pages byte by byte. */
+gokv_status gokv_vulkan_test_page_bytes(gokv_pool *pool, int32_t page, void *out);
+
 #ifdef __cplusplus
 }
 #endif

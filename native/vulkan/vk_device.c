@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gokv_core.h"
 #include "vk_internal.h"
 
 /* ---- process-wide counters and test hooks ---- */
@@ -231,6 +232,7 @@ void vkb_pool_spec(const vkb_device *d, const gokv_layout *L, uint32_t spec[VKB_
     spec[VKB_SPEC_RING_K_H] = (uint32_t)(L->ring_k / 2u);
     spec[VKB_SPEC_RING_V_H] = (uint32_t)(L->ring_v / 2u);
     spec[VKB_SPEC_RING_HALVES] = (uint32_t)(L->ring_bytes / 2u);
+    spec[VKB_SPEC_K_TILED] = (uint32_t)L->k_tiled;
     spec[VKB_SPEC_WG_SIZE] = d->tune.wg_size;
     spec[VKB_SPEC_SUBGROUP_SIZE] = d->tune.subgroup_size ? d->tune.subgroup_size : d->subgroup_size;
 }
@@ -891,6 +893,26 @@ static gokv_status pool_copy(void *dev_, void *pool_, const gokv_layout *L, cons
         vkb_call_end(&c);
     }
     free(regions);
+    return st;
+}
+
+/* Test hook (gokv_vulkan.h): one page's bytes, copied through the download buffer. */
+gokv_status gokv_vulkan_test_page_bytes(gokv_pool *pool, int32_t page, void *out) {
+    const char *op = "gokv_vulkan_test_page_bytes";
+    if (!pool || !out) return gokv_set_error(GOKV_EINVAL, "%s: pool or out is NULL", op);
+    vkb_device *d = vkb_device_of(pool->dev, op);
+    if (!d) return GOKV_EINVAL;
+    vkb_pool *p = pool->impl;
+    if (page < 0 || page >= p->n_pages)
+        return gokv_set_error(GOKV_EINVAL, "%s: page %d is not in [0, %d)", op, page, p->n_pages);
+    vkb_call c;
+    gokv_status st = vkb_call_begin(d, p, 0, 0, p->L.page_bytes, &c);
+    if (st) return st;
+    const VkBufferCopy region = {.srcOffset = (VkDeviceSize)page * p->L.page_bytes, .size = p->L.page_bytes};
+    vkCmdCopyBuffer(c.cmd, p->pages.buf, d->down.buf, 1, &region);
+    st = vkb_call_submit(&c, op);
+    if (!st) memcpy(out, c.down, p->L.page_bytes);
+    vkb_call_end(&c);
     return st;
 }
 

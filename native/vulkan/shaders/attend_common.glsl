@@ -67,8 +67,9 @@ layout(push_constant) uniform Push {
 
 #include "attend_inputs.glsl"
 
-// KVW: a word of the K/V storage; KV4: four words, for key rows that start on 16 bytes (K_ROW_W % 4 == 0:
-// every page, section and head offset is a multiple of 64 bytes), one load per invocation instead of four.
+// KVW: a word of the K/V storage; KV4: four words, for plain (untiled) key rows, which start on 16 bytes
+// (K_ROW_W % 4 == 0: every page, section and head offset is a multiple of 64 bytes): one load per
+// invocation instead of four.
 #ifdef ATTEND_KV_IN_SCRATCH
 layout(std430, set = 0, binding = 3) readonly buffer ScratchVec { uvec4 scratch4[]; };
 #define KVW(i) scratch[i]
@@ -79,6 +80,15 @@ layout(std430, set = 0, binding = 0) readonly buffer PagesVec { uvec4 pages4[]; 
 #define KV4(i) pages4[i]
 #endif
 const bool K_ROW_VEC4 = K_ROW_W % 4u == 0u;
+
+// Words 4 i4 .. 4 i4 + 3 of the per-token key row whose word 0 is KVW(w0) (key_word): one 16-byte load
+// from a plain row (K_ROW_VEC4); from a tiled one four loads K_WORD_STEP apart, in which the invocations
+// of neighbouring tokens (phase A) load neighbouring words.
+uvec4 key_words4(uint w0, uint i4) {
+    if (K_TILED == 0u) return KV4(w0 / 4u + i4);
+    uint w = w0 + 4u * i4 * K_WORD_STEP;
+    return uvec4(KVW(w), KVW(w + K_WORD_STEP), KVW(w + 2u * K_WORD_STEP), KVW(w + 3u * K_WORD_STEP));
+}
 
 // fp16 -> f32 for the finite halves pools hold (values, scales and biases are validated finite on write):
 // equal to common.glsl's half_to_float there, in fewer operations (normal: rebias the exponent;
@@ -114,7 +124,8 @@ void dot4(uint c4, vec4 x) {
     [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) score[i] += dot(qo[i * DK4 + c4], x);
 }
 
-// Per-token key row starting at word w0 of KVW; sh0 / bh0: half index of its group-0 scale / bias.
+// Per-token key row whose word 0 is KVW(w0) (key_word; its words are K_WORD_STEP apart); sh0 / bh0: half
+// index of its group-0 scale / bias.
 void score_key_row(uint w0, uint sh0, uint bh0) {
     if (FORMAT == FMT_F32) {
         for (uint c4 = 0u; c4 < DK4; c4++) dot4(c4, uintBitsToFloat(KV4(w0 / 4u + c4)));
@@ -134,9 +145,7 @@ void score_key_row(uint w0, uint sh0, uint bh0) {
         for (uint j = 0u; j < D_K / GQ; j++) {
             float sc = kv_half(sh0 + j), bi = kv_half(bh0 + j);
             for (uint v = 0u; v < V4G; v++) {
-                uint wv = w0 + 4u * (j * V4G + v) * key_stride(); // tiled: the four words KEY_TILE apart
-                uvec4 u = K_TILED ? uvec4(KVW(wv), KVW(wv + KEY_TILE), KVW(wv + 2u * KEY_TILE), KVW(wv + 3u * KEY_TILE))
-                                  : KV4(w0 / 4u + j * V4G + v);
+                uvec4 u = key_words4(w0, j * V4G + v);
                 [[unroll]] for (uint wi = 0u; wi < 4u; wi++)
                     [[unroll]] for (uint e = 0u; e < EPW; e += 4u) {
                         uvec4 code = (uvec4(u[wi]) >> (uvec4(e, e + 1u, e + 2u, e + 3u) * BITS)) & CODE_MASK;

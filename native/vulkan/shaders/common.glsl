@@ -56,13 +56,10 @@ layout(constant_id = 27) const uint RING_HALVES = 0;
 layout(constant_id = 28) const uint WG_SIZE = 64;     // also local_size_x (layout(local_size_x_id = 28) in;)
 layout(constant_id = 29) const uint SUBGROUP_SIZE = 32;
 // ids 30..33 (VKB_SPEC_OP0..3) are declared by the shaders that use them.
+layout(constant_id = 34) const uint K_TILED = 0;      // the layout's k_tiled (q4 keys; see key_word)
 
 const uint FMT_F32 = 0u, FMT_F16 = 1u, FMT_Q8 = 2u, FMT_Q4 = 3u, FMT_KIVI2 = 4u, FMT_KIVI4 = 5u;
-// q4 keys (not MLA's, whose values read the key rows) lie in tiles of KEY_TILE tokens, dword-column-major
-// (bridge/gokv_layout.h): word j of slot t's row at tile t / 16, column j, lane t % 16, so the tokens of
-// neighbouring invocations read neighbouring words.
-const bool K_TILED = FORMAT == FMT_Q4 && V_IS_K_PREFIX == 0u;
-const uint KEY_TILE = 16u;
+const uint KEY_TILE = 16u;                            // GOKV_KEY_TILE
 const bool QUANTIZED = FORMAT >= FMT_Q8;
 const uint CODE_MASK = BITS >= 32u ? 0xffffffffu : ((1u << BITS) - 1u);
 
@@ -135,18 +132,23 @@ uint page_code(uint w, uint c) {
 
 // ---- element access (what the kernels see: dequantized, never materialized) ----
 
-// Word where kv head `head`'s per-token row `slot` of the K (is_v = false) or V section starts in page.
+// Word where kv head `head`'s per-token row `slot` of the K (is_v = false) or V section starts in page; a
+// key row is one run of words only when K_TILED == 0 (else see key_word).
 uint row_word(uint page, uint head, uint slot, bool is_v) {
     return is_v ? page * PAGE_WORDS + V_CODES_W + head * V_CODES_HEAD_W + slot * V_ROW_W
                 : page * PAGE_WORDS + K_CODES_W + head * K_CODES_HEAD_W + slot * K_ROW_W;
 }
-// Word j of kv head `head`'s key row `slot` (per-token keys); the row's next word is key_stride() on.
+// Word j of kv head `head`'s per-token key row `slot`. Tiled keys (K_TILED, bridge/gokv_layout.h: q4
+// without v_is_k_prefix) lie in tiles of KEY_TILE tokens, dword-column-major: word j of slot t at tile
+// t / KEY_TILE, column j, lane t % KEY_TILE. Consecutive words of one row are K_WORD_STEP apart, and
+// invocations that take neighbouring tokens read neighbouring words: word j of KEY_TILE tokens is one
+// 64-byte line (of plain rows, KEY_TILE lines).
+const uint K_WORD_STEP = K_TILED != 0u ? KEY_TILE : 1u;
 uint key_word(uint page, uint head, uint slot, uint j) {
     uint base = page * PAGE_WORDS + K_CODES_W + head * K_CODES_HEAD_W;
-    return K_TILED ? base + (slot / KEY_TILE) * KEY_TILE * K_ROW_W + j * KEY_TILE + slot % KEY_TILE
-                   : base + slot * K_ROW_W + j;
+    return K_TILED != 0u ? base + (slot / KEY_TILE) * (KEY_TILE * K_ROW_W) + j * KEY_TILE + slot % KEY_TILE
+                         : base + slot * K_ROW_W + j;
 }
-uint key_stride() { return K_TILED ? KEY_TILE : 1u; }
 // Half index of the scale (bias: + bias_minus_scale) of group j of a per-token row.
 uint row_scale_half(uint page, uint head, uint slot, uint j, bool is_v) {
     return is_v ? page * PAGE_WORDS * 2u + V_SCALE_H + head * V_SB_HEAD_H + slot * V_GROUPS + j
@@ -172,7 +174,7 @@ float row_elem(uint page, uint head, uint slot, uint c, bool is_v) {
     uint j = c / GROUP;
     float s = page_half(row_scale_half(page, head, slot, j, is_v));
     float b = page_half(row_bias_half(page, head, slot, j, is_v));
-    if (!is_v && K_TILED) {
+    if (!is_v && K_TILED != 0u) { // the code's word of a tiled key row
         uint bit = c * BITS;
         return dequant((pages[key_word(page, head, slot, bit >> 5)] >> (bit & 31u)) & CODE_MASK, s, b);
     }

@@ -53,9 +53,9 @@ float quant_src(uvec4 src, uint i);
 // Quantizes the GROUP values of quant_src(src, .) to BITS-bit codes against their fp16 scale and bias,
 // exactly as store.c's quantize_group + pack_codes: s = fp16((hi - lo) / qmax), b = fp16(lo),
 // q = clamp(floor((x - b) / s + 1/2), 0, qmax) (0 when s == 0). Codes go to the GROUP * BITS / 32 words
-// from pages[code_word], code_stride apart (code i at bit i * BITS of the run: the invocation owns these
-// words; tiled q4 keys' words are KEY_TILE apart); scale and bias to page halves scale_half and bias_half
-// (they may share a word with another invocation's).
+// from pages[code_word], code_stride apart (1, or a tiled key row's K_WORD_STEP; code i at bit i * BITS of
+// the run: the invocation owns these words); scale and bias to page halves scale_half and bias_half (they
+// may share a word with another invocation's).
 void quantize_group(uvec4 src, uint code_word, uint code_stride, uint scale_half, uint bias_half) {
     precise float lo = quant_src(src, 0u);
     precise float hi = lo;

@@ -5,7 +5,10 @@
 //
 // One invocation per unit of a row, items ordered (row, K then V, head, unit): a unit is a quantization
 // group (it owns the group's code words; scale and bias halves may share a word with a neighbour's), or
-// 4 channels of an f32/f16 row (whole words).
+// 4 channels of an f32/f16 row (whole words). Tiled keys (K_TILED, common.glsl's key_word) put all key
+// items first, ordered (head, unit, row), then the values' (row, head, unit): neighbouring invocations
+// then quantize one group of neighbouring rows, in a prefill neighbouring slots, whose code words are
+// neighbours in their tile (a row-major order would write one word every KEY_TILE words).
 //
 // up: 4 words per row at meta_w: page, slot, source, ring slot.
 //   ring slot == ~0u: source is a row of the input k (floats [rows][N_KV_HEADS][D_K] at k_w) and v (at
@@ -41,9 +44,23 @@ float quant_src(uvec4 src, uint i) {
 void main() {
     uint item = store_item();
     if (item >= pc.n_items) return;
-    uint row = item / (K_UNITS + V_UNITS), u = item % (K_UNITS + V_UNITS);
-    bool is_v = u >= K_UNITS;
-    if (is_v) u -= K_UNITS;
+    const uint rows = pc.n_items / (K_UNITS + V_UNITS);
+    uint row, u;
+    bool is_v;
+    if (K_TILED == 0u) {
+        row = item / (K_UNITS + V_UNITS);
+        u = item % (K_UNITS + V_UNITS);
+        is_v = u >= K_UNITS;
+        if (is_v) u -= K_UNITS;
+    } else if (item < rows * K_UNITS) {
+        row = item % rows;
+        u = item / rows;
+        is_v = false;
+    } else {
+        row = (item - rows * K_UNITS) / V_UNITS;
+        u = (item - rows * K_UNITS) % V_UNITS;
+        is_v = true;
+    }
     uint d = is_v ? D_V : D_K;
     uint head = u / (d / UNIT), c0 = u % (d / UNIT) * UNIT;
     uint m = pc.meta_w + 4u * row;
@@ -60,9 +77,8 @@ void main() {
             pages[w + c0 / 2u + i] = float_to_half(up_f(src.x + 2u * i)) | (float_to_half(up_f(src.x + 2u * i + 1u)) << 16);
     } else {
         uint j = c0 / GROUP;
-        bool tiled = !is_v && K_TILED;
-        quantize_group(src, tiled ? key_word(page, head, slot, c0 * BITS / 32u) : w + c0 * BITS / 32u,
-                       tiled ? key_stride() : 1u, row_scale_half(page, head, slot, j, is_v),
+        uint code_word = is_v ? w + c0 * BITS / 32u : key_word(page, head, slot, c0 * BITS / 32u);
+        quantize_group(src, code_word, is_v ? 1u : K_WORD_STEP, row_scale_half(page, head, slot, j, is_v),
                        row_bias_half(page, head, slot, j, is_v));
     }
 }

@@ -47,15 +47,20 @@ struct DecodeCase {
     Attn attn;
     std::vector<int32_t> lens;
     std::vector<Vis> vis;
+    int32_t page_size = 0; /* 0: PoolCfg's (64) */
 };
 
 std::string decode_name(const testing::TestParamInfo<DecodeCase> &i) {
     std::string n = fmt_name(i.param.f) + "_" + kAttnNames[i.param.attn];
     if (i.param.lens.size() == 1) n += "_len" + std::to_string(i.param.lens[0]);
+    if (i.param.page_size) n += "_p" + std::to_string(i.param.page_size);
     return n;
 }
 
-void PrintTo(const DecodeCase &c, std::ostream *os) { *os << fmt_name(c.f) << " " << kAttnNames[c.attn]; }
+void PrintTo(const DecodeCase &c, std::ostream *os) {
+    *os << fmt_name(c.f) << " " << kAttnNames[c.attn];
+    if (c.page_size) *os << " page " << c.page_size;
+}
 
 class VkDecode : public VkParamTest<DecodeCase> {};
 
@@ -64,7 +69,8 @@ class VkDecode : public VkParamTest<DecodeCase> {};
 TEST_P(VkDecode, MatchesReferenceAndCpu) {
     const DecodeCase p = GetParam();
     AttnOpts base;
-    const PoolCfg c = attn_cfg(p.f, p.attn, &base.n_heads_q);
+    PoolCfg c = attn_cfg(p.f, p.attn, &base.n_heads_q);
+    if (p.page_size) c.page_size = p.page_size;
     for (int32_t len : p.lens) {
         const uint32_t seed = (uint32_t)(p.f.format * 1000003 + p.f.group * 7919 + p.f.residual * 131 + p.attn * 17 + len);
         Pair pair;
@@ -98,6 +104,12 @@ std::vector<DecodeCase> decode_cases() {
     const Fmt long_formats[] = {{GOKV_FORMAT_F16, 0, 0}, {GOKV_FORMAT_Q4, 32, 0}, {GOKV_FORMAT_KIVI2, 32, 128}};
     for (const Fmt &f : long_formats)
         for (Attn a : {GQA, MLA}) v.push_back({f, a, {8192}, {PLAIN, SINKS_WINDOW, HOLES}});
+    /* q4 keys in pages that end in a part tile (P % 16 != 0; windows start inside tiles), and MLA's plain
+     * q4 rows in such pages */
+    v.push_back({{GOKV_FORMAT_Q4, 32, 0}, GQA, {1, 37, 200}, all, 24});
+    v.push_back({{GOKV_FORMAT_Q4, 64, 0}, MHA, {1, 37, 200}, all, 40});
+    v.push_back({{GOKV_FORMAT_Q4, 128, 0}, MQA, {37, 200}, all, 8});
+    v.push_back({{GOKV_FORMAT_Q4, 32, 0}, MLA, {37, 200}, all, 24});
     return v;
 }
 INSTANTIATE_TEST_SUITE_P(Table, VkDecode, testing::ValuesIn(decode_cases()), decode_name);

@@ -18,12 +18,17 @@ namespace {
 struct PrefillCase {
     Fmt f;
     Attn attn; /* MHA (2q/2kv d64), GQA (8q/2kv d64) or MLA (4q over 96, V = first 64) */
+    int32_t page_size = 0; /* 0: PoolCfg's (64) */
 };
 std::string prefill_name(const testing::TestParamInfo<PrefillCase> &i) {
-    return fmt_name(i.param.f) + "_" + kAttnNames[i.param.attn];
+    return fmt_name(i.param.f) + "_" + kAttnNames[i.param.attn] +
+           (i.param.page_size ? "_p" + std::to_string(i.param.page_size) : "");
 }
 
-void PrintTo(const PrefillCase &c, std::ostream *os) { *os << fmt_name(c.f) << " " << kAttnNames[c.attn]; }
+void PrintTo(const PrefillCase &c, std::ostream *os) {
+    *os << fmt_name(c.f) << " " << kAttnNames[c.attn];
+    if (c.page_size) *os << " page " << c.page_size;
+}
 
 class VkPrefill : public VkParamTest<PrefillCase> {};
 
@@ -37,6 +42,7 @@ TEST_P(VkPrefill, MatchesReferenceAndCpu) {
     if (p.attn == MHA) { c.n_kv_heads = 2; base.n_heads_q = 2; c.d_k = c.d_v = 64; }
     if (p.attn == GQA) { c.n_kv_heads = 2; base.n_heads_q = 8; c.d_k = c.d_v = 64; }
     if (p.attn == MLA) { c.n_kv_heads = 1; base.n_heads_q = 4; c.d_k = 96; c.d_v = 64; c.v_is_k_prefix = 1; }
+    if (p.page_size) c.page_size = p.page_size;
     struct Shape {
         int32_t prefix, T;
     };
@@ -88,6 +94,11 @@ std::vector<PrefillCase> prefill_cases() {
             if (f.group == 64 && a == MLA) continue; /* MLA dims here are multiples of 32 only */
             v.push_back({f, a});
         }
+    /* q4 keys in pages that end in a part tile (P % 16 != 0): the new tokens' write and the windows start
+     * inside tiles; and MLA's plain q4 rows in such pages */
+    v.push_back({{GOKV_FORMAT_Q4, 32, 0}, GQA, 24});
+    v.push_back({{GOKV_FORMAT_Q4, 64, 0}, MHA, 40});
+    v.push_back({{GOKV_FORMAT_Q4, 32, 0}, MLA, 24});
     return v;
 }
 INSTANTIATE_TEST_SUITE_P(Table, VkPrefill, testing::ValuesIn(prefill_cases()), prefill_name);

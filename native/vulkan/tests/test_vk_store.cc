@@ -1,11 +1,14 @@
 /*
  * test_vk_store.cc: what the Vulkan backend stores equals what the CPU backend stores (DESIGN.md §4): after
  * the same writes, gokv_pool_read gives the same floats bit for bit (vk_harness.h states the one-step
- * exception), for every format; KIVI appends of every size crossing residual flushes; page and residual
- * slot copies (gokv_pool_copy); released pages read as zeros.
+ * exception), for every format; the pages hold bridge/gokv_layout.h's bytes (q4 keys in 16-token tiles,
+ * also with a part tile) and the CPU's; KIVI appends of every size crossing residual flushes; page and
+ * residual slot copies (gokv_pool_copy); released pages read as zeros.
  */
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "vk_harness.h"
@@ -17,12 +20,16 @@ namespace {
 struct StoreCase {
     Fmt f;
     bool mla;
+    int32_t page_size = 0; /* 0: PoolCfg's (64) */
 };
+std::string page_suffix(int32_t page_size) { return page_size ? "_p" + std::to_string(page_size) : ""; }
 std::string store_name(const testing::TestParamInfo<StoreCase> &i) {
-    return fmt_name(i.param.f) + (i.param.mla ? "_mla" : "_gqa");
+    return fmt_name(i.param.f) + (i.param.mla ? "_mla" : "_gqa") + page_suffix(i.param.page_size);
 }
 
-void PrintTo(const StoreCase &c, std::ostream *os) { *os << fmt_name(c.f) << (c.mla ? " mla" : " gqa"); }
+void PrintTo(const StoreCase &c, std::ostream *os) {
+    *os << fmt_name(c.f) << (c.mla ? " mla" : " gqa") << page_suffix(c.page_size);
+}
 
 class VkStore : public VkParamTest<StoreCase> {
 protected:
@@ -37,6 +44,10 @@ protected:
         } else {
             c.n_kv_heads = 2;
             c.d_k = c.d_v = 128;
+        }
+        if (GetParam().page_size) { /* as many tokens as the default pages hold */
+            c.n_pages = (c.n_pages * c.page_size + GetParam().page_size - 1) / GetParam().page_size;
+            c.page_size = GetParam().page_size;
         }
         return c;
     }
@@ -64,7 +75,7 @@ TEST_P(VkStore, WriteReadParity) {
  * page boundaries) read back as on the CPU after every call, and as one write of all tokens at the end. */
 TEST_P(VkStore, RandomAppendsParity) {
     PoolCfg c = cfg();
-    c.n_pages = 40;
+    c.n_pages = (40 * 64 + c.page_size - 1) / c.page_size; /* as many tokens as 40 pages of 64 */
     c.n_slots = c.kivi() ? 4 : 0;
     Pair pair;
     ASSERT_TRUE(build_pair(c, {0, 0}, 99u, pair, 700));
@@ -102,6 +113,116 @@ TEST_P(VkStore, RandomAppendsParity) {
     }
 }
 
+/* Raw page bytes, by page id: the Vulkan pool's through the test hook, and the CPU pool's. */
+std::vector<std::vector<uint8_t>> vk_pages(gokv_pool *pool, int32_t n_pages) {
+    const uint64_t page_bytes = gokv_pool_layout(pool)->page_bytes;
+    std::vector<std::vector<uint8_t>> pages((size_t)n_pages, std::vector<uint8_t>(page_bytes));
+    for (int32_t pg = 0; pg < n_pages; pg++) {
+        const gokv_status st = gokv_vulkan_test_page_bytes(pool, pg, pages[(size_t)pg].data());
+        EXPECT_EQ(st, GOKV_OK) << "page " << pg << ": " << gokv_last_error();
+        if (st != GOKV_OK) break;
+    }
+    return pages;
+}
+
+/* The pages hold bridge/gokv_layout.h's bytes. (a) Per-token quantized pools: every key and value element
+ * decoded from the Vulkan pool's raw pages, at the offsets the layout gives (gokv_k_code_byte: q4 keys in
+ * tiles of 16 tokens, dword-column-major, the last one part-filled when P % 16 != 0; MLA's plain rows), is
+ * what gokv_pool_read returned, bit for bit. (b) Every page equals the CPU backend's byte for byte, but
+ * for codes one step apart (vk_harness.h's near-ties, at most 1 in 1000 elements): so the tiles' padding
+ * and every byte between the sections are untouched too. */
+TEST_P(VkStore, PagesHoldTheLayoutsBytes) {
+    const PoolCfg c = cfg();
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, {1, 37, 200, 700}, 21u, pair));
+    const gokv_layout &L = *gokv_pool_layout(pair.vk.pool.get());
+    ASSERT_EQ(L.k_tiled, c.format == GOKV_FORMAT_Q4 && !c.v_is_k_prefix) << "q4 keys are tiled unless MLA's";
+    ASSERT_EQ(L.page_bytes, gokv_pool_layout(pair.cpu.pool.get())->page_bytes);
+    const std::vector<std::vector<uint8_t>> pages = vk_pages(pair.vk.pool.get(), c.n_pages);
+    ASSERT_FALSE(HasFailure());
+    const int32_t H = c.n_kv_heads, P = c.page_size, g = c.group, bits = L.bits;
+    const size_t row = (size_t)H * (size_t)(c.d_k + (c.v_is_k_prefix ? 0 : c.d_v)); /* elements per token */
+    size_t n_elems = 0;
+    for (const Seq &s : pair.vk.seqs) n_elems += (size_t)s.len * row;
+
+    if (c.quantized() && !c.kivi()) { /* (a) */
+        size_t bad = 0;
+        std::string first_bad;
+        /* element ch of kv head h's row at slot of page: its code's byte in its codes section, scale, bias */
+        auto elem = [&](const uint8_t *page, uint64_t code_byte, int32_t ch, uint64_t scale, uint64_t bias) {
+            const uint32_t q = (page[code_byte] >> ((uint32_t)(ch * bits) % 8u)) & ((1u << bits) - 1u);
+            const uint64_t j = (uint64_t)(ch / g) * 2u;
+            return (float)q * half_at(page, scale + j) + half_at(page, bias + j);
+        };
+        auto check = [&](float got, float want, const char *what, size_t seq, int32_t t, int32_t h, int32_t ch) {
+            if (std::memcmp(&got, &want, 4) == 0) return;
+            if (bad++ == 0)
+                first_bad = std::string(what) + " of sequence " + std::to_string(seq) + " token " +
+                            std::to_string(t) + " head " + std::to_string(h) + " channel " + std::to_string(ch) +
+                            ": the page's bytes give " + std::to_string(got) + ", gokv_pool_read " +
+                            std::to_string(want);
+        };
+        for (size_t i = 0; i < pair.vk.seqs.size(); i++) {
+            const Seq &s = pair.vk.seqs[i];
+            for (int32_t t = 0; t < s.len; t++) {
+                const uint8_t *page = pages[(size_t)s.pages[(size_t)(t / P)]].data();
+                const int32_t slot = t % P;
+                for (int32_t h = 0; h < H; h++) {
+                    const size_t at = (size_t)t * (size_t)H + (size_t)h;
+                    const uint64_t kc = L.k_codes + h * L.k_codes_head;
+                    const uint64_t ksb = h * L.k_sb_head + (uint64_t)slot * (uint64_t)L.k_groups * 2u;
+                    for (int32_t ch = 0; ch < c.d_k; ch++) {
+                        const uint64_t b = kc + gokv_k_code_byte(&L, slot, (uint64_t)(ch * bits / 8));
+                        const float x = elem(page, b, ch, L.k_scale + ksb, L.k_bias + ksb);
+                        check(x, pair.vk.kdq[i][at * (size_t)c.d_k + (size_t)ch], "K", i, t, h, ch);
+                    }
+                    if (c.v_is_k_prefix) continue; /* MLA's values are the keys' first d_v channels */
+                    const uint64_t vc = L.v_codes + h * L.v_codes_head + (uint64_t)slot * L.v_row_bytes;
+                    const uint64_t vsb = h * L.v_sb_head + (uint64_t)slot * (uint64_t)L.v_groups * 2u;
+                    for (int32_t ch = 0; ch < c.d_v; ch++) {
+                        const float x = elem(page, vc + (uint64_t)(ch * bits / 8), ch, L.v_scale + vsb, L.v_bias + vsb);
+                        check(x, pair.vk.vdq[i][at * (size_t)c.d_v + (size_t)ch], "V", i, t, h, ch);
+                    }
+                }
+            }
+        }
+        EXPECT_EQ(bad, 0u) << c.name() << ": " << bad << " of " << n_elems << " elements decoded from the pages at "
+                           << "gokv_layout.h's offsets differ from gokv_pool_read; first: " << first_bad;
+    }
+
+    /* (b) */
+    size_t code_steps = 0, bad = 0;
+    std::string first_bad;
+    const uint32_t mask = c.quantized() ? (1u << bits) - 1u : 0u;
+    for (int32_t pg = 0; pg < c.n_pages; pg++) {
+        const uint8_t *cpu = gokv_cpu_page_bytes(pair.cpu.pool.get(), pg);
+        ASSERT_NE(cpu, nullptr);
+        const std::vector<uint8_t> &vk = pages[(size_t)pg];
+        for (uint64_t o = 0; o < L.page_bytes; o++) {
+            if (vk[o] == cpu[o]) continue;
+            const uint64_t r = o % L.k_codes_head; /* offset in the head's block */
+            const bool codes =
+                c.quantized() && ((r >= L.k_codes && r < L.k_scale) || (r >= L.v_codes && r < L.v_scale));
+            bool step = codes;
+            for (int32_t sh = 0; codes && sh < 8; sh += bits) {
+                const int32_t a = (int32_t)((vk[o] >> sh) & mask), b = (int32_t)((cpu[o] >> sh) & mask);
+                if (a != b) step = step && std::abs(a - b) == 1;
+                if (a != b && step) code_steps++;
+            }
+            if (step) continue;
+            if (bad++ == 0)
+                first_bad = "page " + std::to_string(pg) + " byte " + std::to_string(o) + " (offset " +
+                            std::to_string(r) + " of head " + std::to_string(o / L.k_codes_head) + "'s block" +
+                            (codes ? ", codes" : "") + "): vulkan " + std::to_string(vk[o]) + ", cpu " +
+                            std::to_string(cpu[o]);
+        }
+    }
+    EXPECT_EQ(bad, 0u) << c.name() << ": " << bad << " page bytes differ from the CPU's other than by one code step; "
+                       << "first: " << first_bad;
+    EXPECT_LE(code_steps, std::max<size_t>(1, n_elems / 1000))
+        << c.name() << ": " << code_steps << " codes of " << n_elems << " elements one step from the CPU's";
+}
+
 const StoreCase kStoreCases[] = {
     {{GOKV_FORMAT_F32, 0, 0}, false},     {{GOKV_FORMAT_F16, 0, 0}, false},     {{GOKV_FORMAT_Q8, 32, 0}, false},
     {{GOKV_FORMAT_Q4, 32, 0}, false},     {{GOKV_FORMAT_Q4, 64, 0}, false},     {{GOKV_FORMAT_Q4, 128, 0}, false},
@@ -109,6 +230,9 @@ const StoreCase kStoreCases[] = {
     {{GOKV_FORMAT_KIVI4, 32, 128}, false}, {{GOKV_FORMAT_KIVI2, 64, 64}, false}, {{GOKV_FORMAT_KIVI4, 32, 32}, false},
     {{GOKV_FORMAT_F16, 0, 0}, true},      {{GOKV_FORMAT_Q8, 32, 0}, true},      {{GOKV_FORMAT_Q4, 64, 0}, true},
     {{GOKV_FORMAT_KIVI2, 32, 128}, true}, {{GOKV_FORMAT_KIVI4, 32, 0}, true},
+    /* pages that end in a part tile of q4 keys (P % 16 != 0), and MLA's plain q4 rows, q8, in such pages */
+    {{GOKV_FORMAT_Q4, 32, 0}, false, 24}, {{GOKV_FORMAT_Q4, 64, 0}, false, 40}, {{GOKV_FORMAT_Q4, 128, 0}, false, 8},
+    {{GOKV_FORMAT_Q4, 32, 0}, true, 24},  {{GOKV_FORMAT_Q8, 32, 0}, false, 40},
 };
 INSTANTIATE_TEST_SUITE_P(Formats, VkStore, testing::ValuesIn(kStoreCases), store_name);
 
