@@ -444,7 +444,8 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
             for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm512_set1_ps(u == 0 ? bsum[i] : 0.0f);
         /* 32 tokens at a time (one run: CPU_RUN_ALIGN), each piece asking for its slice of the prefetch hint */
         for (int32_t t0 = 0, t = 0; t0 < n; t0 += 32) {
-            cpu_prefetch_step(&pw);
+            if (enc == CPU_ENC_Q4) cpu_prefetch_step4(&pw); /* the VNNI q4 path's whole hint: see there */
+            else cpu_prefetch_step(&pw);
             const int32_t t1 = n - t0 < 32 ? n : t0 + 32;
             const uint8_t *piece = cpu_row_codes(r, t0); /* row t at piece + (t - t0) * stride */
             if (NQ <= 4)
