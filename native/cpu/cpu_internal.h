@@ -114,7 +114,8 @@ static inline void cpu_rows_hint(const cpu_rows *r, cpu_prefetch *pf, int at) {
         const size_t n = k >= runs ? 0 : (size_t)(runs == 1 ? r->n : k == 0 ? r->n1 : r->n - r->n1);
         const size_t lanes = r && r->tile >= 0 ? (size_t)(k ? 0 : r->tile) + n : 0;
         pf->p[at + 3 * k] = n ? (k ? r->codes2 : r->codes) : NULL;
-        pf->n[at + 3 * k] = !n ? 0 : lanes ? (lanes + CPU_TILE - 1) / CPU_TILE * CPU_TILE * r->row_stride : r->row_stride * n;
+        const size_t rows = lanes ? (lanes + CPU_TILE - 1) / CPU_TILE * CPU_TILE : n; /* tiled: whole tiles */
+        pf->n[at + 3 * k] = n ? r->row_stride * rows : 0;
         pf->p[at + 3 * k + 1] = n && sb ? (const uint8_t *)(k ? r->scale2 : r->scale) : NULL;
         pf->p[at + 3 * k + 2] = n && sb ? (const uint8_t *)(k ? r->bias2 : r->bias) : NULL;
         pf->n[at + 3 * k + 1] = pf->n[at + 3 * k + 2] = n && sb ? r->sb_stride * n * 2u : 0;

@@ -41,7 +41,7 @@ static int plain_keys; /* -plain: keys as plain rows (the layout before tiles), 
 static cpu_rows rows(uint8_t *mem, long b, int value) {
     uint8_t *h = mem + (size_t)b * BLOCK + (size_t)value * HALF;
     return (cpu_rows){h, D / 2, (const uint16_t *)(h + CODES), (const uint16_t *)(h + CODES + SB), NG, N, CPU_ENC_Q4, G,
-                      NULL, NULL, NULL, NULL, 0, value || plain_keys ? -1 : 0}; /* keys tiled from lane 0, as the pool's */
+                      NULL, NULL, NULL, NULL, 0, value || plain_keys ? -1 : 0}; /* keys tiled as the pool's */
 }
 
 static float q[NQ * D], qsum[NQ * NG], s[NQ * N], o[NQ * D];

@@ -208,14 +208,16 @@ static void check_tiled(const cpu_kernels *S, const cpu_kernels *V, const char *
     rows_buf b = make_rows(CPU_ENC_Q4, n, d, g, 1);
     const size_t rb = (size_t)d / 2, tile = (size_t)CPU_TILE * rb;
     const int32_t runs = n1 > 0 && n1 < n ? 2 : 1, na = runs == 2 ? n1 : n;
-    const size_t tiles_a = (size_t)(lane0 + na + CPU_TILE - 1) / CPU_TILE, tiles_b = (size_t)(n - na + CPU_TILE - 1) / CPU_TILE;
+    const size_t tiles_a = (size_t)(lane0 + na + CPU_TILE - 1) / CPU_TILE;
+    const size_t tiles_b = (size_t)(n - na + CPU_TILE - 1) / CPU_TILE;
     uint8_t *ta = aligned_alloc(64, tiles_a * tile), *tb = aligned_alloc(64, (tiles_b + 1) * tile);
     for (size_t i = 0; i < tiles_a * tile; i++) ta[i] = (uint8_t)rnd(); /* lanes of other tokens: anything */
     for (size_t i = 0; i < (tiles_b + 1) * tile; i++) tb[i] = (uint8_t)rnd();
     for (int32_t t = 0; t < n; t++) {
         const int32_t pos = t < na ? lane0 + t : t - na;
         uint8_t *base = (t < na ? ta : tb) + (size_t)(pos / CPU_TILE) * tile + (size_t)(pos % CPU_TILE) * 4;
-        for (size_t j = 0; j < rb / 4; j++) memcpy(base + j * 4 * CPU_TILE, b.codes + (size_t)t * b.r.row_stride + 4 * j, 4);
+        for (size_t j = 0; j < rb / 4; j++)
+            memcpy(base + j * 4 * CPU_TILE, b.codes + (size_t)t * b.r.row_stride + 4 * j, 4);
     }
     cpu_rows tr = b.r;
     tr.codes = ta;
@@ -251,14 +253,15 @@ static void check_tiled(const cpu_kernels *S, const cpu_kernels *V, const char *
                 const double err = fabs((double)s0[i * lds + t] - s1[i * lds + t]) / (mag + 1e-30);
                 worst = err > worst ? err : worst;
             }
-        snprintf(what, sizeof what, "%s tiled q4 score_rows mode %d g %d n %d n1 %d lane %d nq %d d %d: rel err %.3g", lvl,
-                 mode, g, n, n1, lane0, nq, d, worst);
+        snprintf(what, sizeof what, "%s tiled q4 score_rows mode %d g %d n %d n1 %d lane %d nq %d d %d: rel err %.3g",
+                 lvl, mode, g, n, n1, lane0, nq, d, worst);
         expect(worst <= 1e-5, what);
     }
     for (int32_t t = 0; t < n; t++) {
         S->dequant_row(&b.r, t, d, k0);
         V->dequant_row(&tr, t, d, k1);
-        snprintf(what, sizeof what, "%s tiled q4 dequant_row g %d n %d n1 %d lane %d d %d t %d", lvl, g, n, n1, lane0, d, t);
+        snprintf(what, sizeof what, "%s tiled q4 dequant_row g %d n %d n1 %d lane %d d %d t %d", lvl, g, n, n1, lane0,
+                 d, t);
         expect(memcmp(k0, k1, sizeof(float) * d) == 0, what);
     }
     free(q), free(qsum), free(s0), free(s1), free(k0), free(k1), free(prep), free(ta), free(tb);
@@ -533,7 +536,8 @@ int main(void) {
                     for (int32_t li = 0; li < 4; li++) {
                         const int32_t d = ds[di], n = tiled_ns[ni];
                         if (d % gs[gi]) continue;
-                        if (!scalar_tiled_checked) check_tiled(S, S, "scalar", gs[gi], n, 0, lanes[li], nqs[(ni + li) % 5], d);
+                        if (!scalar_tiled_checked)
+                            check_tiled(S, S, "scalar", gs[gi], n, 0, lanes[li], nqs[(ni + li) % 5], d);
                         check_tiled(S, V, lvl, gs[gi], n, 0, lanes[li], nqs[(ni + li) % 5], d);
                         if (n > 32) check_tiled(S, V, lvl, gs[gi], n, 32 * ((n - 1) / 32), lanes[li], nqs[li], d);
                     }

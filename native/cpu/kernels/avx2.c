@@ -517,7 +517,8 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
             for (int32_t c0 = 0; c0 < rb; c0 += 32) {
                 __m256i x[8];
                 if (in_place) {
-                    for (int c = 0; c < 8; c++) x[c] = _mm256_loadu_si256((const __m256i *)(in_place + 16 * (c0 / 4 + c)));
+                    for (int c = 0; c < 8; c++)
+                        x[c] = _mm256_loadu_si256((const __m256i *)(in_place + 16 * (c0 / 4 + c)));
                 } else {
                     for (int u = 0; u < 8; u++)
                         x[u] = u < tn[b] ? _mm256_loadu_si256((const __m256i *)(rows + (size_t)u * r->row_stride + c0))

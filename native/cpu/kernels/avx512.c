@@ -557,19 +557,22 @@ AVX512_INLINE void avx512_chunk_transpose(const cpu_rows *r, int32_t t0, int32_t
 AVX512_INLINE const int32_t *avx512_key_columns(const cpu_rows *r, int32_t t0, int32_t tn, int32_t ncol,
                                                 int32_t (*cols)[16]) {
     if (r->tile < 0) {
-        for (int32_t c = 0; c * 16 < ncol; c++) avx512_chunk_transpose(r, t0, tn, c, (ncol - 16 * c) * 4, cols + 16 * c);
+        for (int32_t c = 0; c * 16 < ncol; c++)
+            avx512_chunk_transpose(r, t0, tn, c, (ncol - 16 * c) * 4, cols + 16 * c);
         return cols[0];
     }
     const int32_t *in_place = cpu_tile_columns(r, t0, CPU_TILE);
     if (in_place) return in_place;
     int32_t pos;
     const uint8_t *base = cpu_tile_base(r, t0, &pos);
-    const int32_t *a = (const int32_t *)(base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride), lane = pos % CPU_TILE;
+    const int32_t lane = pos % CPU_TILE;
+    const int32_t *a = (const int32_t *)(base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride);
     const int32_t *b = lane + tn > CPU_TILE ? a + CPU_TILE * (r->row_stride / 4u) : a; /* the next tile, when read */
-    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(lane), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                                                      12, 13, 14, 15));
+    const __m512i idx =
+        _mm512_add_epi32(_mm512_set1_epi32(lane), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     for (int32_t k = 0; k < ncol; k++)
-        _mm512_store_si512(cols[k], _mm512_permutex2var_epi32(_mm512_load_si512(a + 16 * k), idx, _mm512_load_si512(b + 16 * k)));
+        _mm512_store_si512(cols[k],
+                           _mm512_permutex2var_epi32(_mm512_load_si512(a + 16 * k), idx, _mm512_load_si512(b + 16 * k)));
     return cols[0];
 }
 

@@ -122,7 +122,8 @@ static inline void cpu_rows_untile(const cpu_rows *r, int32_t t, int32_t n, uint
         int32_t pos;
         const uint8_t *base = cpu_tile_base(r, t + u, &pos);
         const uint8_t *tile = base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride + (size_t)(pos % CPU_TILE) * 4u;
-        for (size_t j = 0; j < words; j++) memcpy(out + (size_t)u * r->row_stride + 4u * j, tile + 4u * CPU_TILE * j, 4);
+        uint8_t *row = out + (size_t)u * r->row_stride;
+        for (size_t j = 0; j < words; j++) memcpy(row + 4u * j, tile + 4u * CPU_TILE * j, 4);
     }
 }
 

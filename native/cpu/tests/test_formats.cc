@@ -124,7 +124,8 @@ TEST(KnownValues, Q4PerTokenNibbles) {
     EXPECT_EQ(L->k_tiled, 1); /* q4 keys: dword j of slot 0's row is column j's lane 0, 64 bytes apart */
     for (int i = 0; i < 32; i++) {
         const int q0 = (2 * i) % 16, q1 = (2 * i + 1) % 16;
-        EXPECT_EQ(page[L->k_codes + (uint64_t)(i / 4) * 64 + (uint64_t)(i % 4)], (uint8_t)(q0 | q1 << 4)) << "K byte " << i;
+        const uint64_t k_at = L->k_codes + (uint64_t)(i / 4) * 64 + (uint64_t)(i % 4);
+        EXPECT_EQ(page[k_at], (uint8_t)(q0 | q1 << 4)) << "K byte " << i;
         EXPECT_EQ(page[L->v_codes + (uint64_t)i], (uint8_t)((15 - q0) | (15 - q1) << 4)) << "V byte " << i;
     }
     for (int j = 0; j < 2; j++) {
@@ -333,7 +334,8 @@ TEST(Layout, SizesAndSections) {
         /* tiled q4 keys pad a page of P % 16 != 0 tokens to whole tiles of 16 */
         const uint64_t tile_pad = L->k_tiled ? H * ((P + 15) / 16 * 16 - P) * (uint64_t)c.d_k * bits / 8 : 0;
         EXPECT_GE(page_bytes, need + tile_pad) << c.name();
-        EXPECT_LE(page_bytes, need + tile_pad + 6 * 64 * H + 64) << c.name() << ": more padding than alignment and tiles need";
+        EXPECT_LE(page_bytes, need + tile_pad + 6 * 64 * H + 64)
+            << c.name() << ": more padding than alignment and tiles need";
         if (c.kivi()) {
             EXPECT_EQ(L->ring_rows, c.residual + c.group);
             EXPECT_GE(L->ring_bytes, (uint64_t)L->ring_rows * H * (uint64_t)(c.d_k + (c.v_is_k_prefix ? 0 : c.d_v)) * 2);
