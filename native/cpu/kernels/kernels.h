@@ -253,14 +253,24 @@ static inline void cpu_prefetch_start(cpu_prefetch_walk *w, const cpu_prefetch *
     w->per = (int32_t)((total + (size_t)parts - 1) / (size_t)parts);
 }
 
-static inline void cpu_prefetch_take(cpu_prefetch_walk *w, void (*visit)(const void *line, void *arg), void *arg) {
+/* The next slice, its line loop unrolled by `by` (1, or 4: cpu_prefetch_step4; a constant in every caller). */
+static inline __attribute__((always_inline)) void cpu_prefetch_take_by(cpu_prefetch_walk *w,
+                                                                       void (*visit)(const void *line, void *arg),
+                                                                       void *arg, const int by) {
     int32_t left = w->per;
     while (left > 0 && w->region < CPU_PREFETCH_REGIONS) {
         const uint8_t *l = w->line[w->region], *e = w->end[w->region];
+        if (by == 4)
+            for (; left >= 4 && l + 192 < e; l += 256, left -= 4)
+                visit(l, arg), visit(l + 64, arg), visit(l + 128, arg), visit(l + 192, arg);
         for (; left > 0 && l < e; l += 64, left--) visit(l, arg);
         w->line[w->region] = l;
         if (l >= e) w->region++;
     }
+}
+
+static inline void cpu_prefetch_take(cpu_prefetch_walk *w, void (*visit)(const void *line, void *arg), void *arg) {
+    cpu_prefetch_take_by(w, visit, arg, 1);
 }
 
 static inline void cpu_prefetch_line_visit(const void *line, void *arg) {
@@ -277,17 +287,7 @@ static inline void cpu_prefetch_step(cpu_prefetch_walk *w) { cpu_prefetch_take(w
  * 32K 3.00-3.06 -> 2.90-2.92 ms, two threads 128K 6.24-6.31 -> 5.93-6.13 ms. For every kernel it slowed f16
  * (32K 5.1 -> 8.0 ms) and q8 (4.3 -> 4.8 ms), whose hints are larger: back to back, their prefetches stall on
  * the miss buffers, so only that kernel takes it. */
-static inline void cpu_prefetch_step4(cpu_prefetch_walk *w) {
-    int32_t left = w->per;
-    while (left > 0 && w->region < CPU_PREFETCH_REGIONS) {
-        const uint8_t *l = w->line[w->region], *e = w->end[w->region];
-        for (; left >= 4 && l + 192 < e; l += 256, left -= 4)
-            cpu_prefetch_line(l), cpu_prefetch_line(l + 64), cpu_prefetch_line(l + 128), cpu_prefetch_line(l + 192);
-        for (; left > 0 && l < e; l += 64, left--) cpu_prefetch_line(l);
-        w->line[w->region] = l;
-        if (l >= e) w->region++;
-    }
-}
+static inline void cpu_prefetch_step4(cpu_prefetch_walk *w) { cpu_prefetch_take_by(w, cpu_prefetch_line_visit, NULL, 4); }
 
 /* Runs CALL(N) with N the compile-time constant equal to the query count nc (1-4, or 8 for CPU_BY_NQ8): the
  * SIMD kernels are specialized per count so that their accumulators stay in registers. */
