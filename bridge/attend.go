@@ -90,6 +90,7 @@ func AppendAttend(dev *Device, w *WriteBatch, a AttendBatch) error {
 			return err
 		}
 	}
+	beforeLongCall()
 	if err := dev.acquire(op); err != nil {
 		return err
 	}

@@ -132,6 +132,7 @@ func (p *Pool) Write(b WriteBatch) error {
 	if err := p.checkWrite(op, &b); err != nil {
 		return err
 	}
+	beforeLongCall()
 	if err := p.acquire(op); err != nil {
 		return err
 	}
@@ -228,6 +229,7 @@ func (p *Pool) Read(b ReadBatch) error {
 			return err
 		}
 	}
+	beforeLongCall()
 	if err := p.acquire(op); err != nil {
 		return err
 	}
@@ -270,6 +272,7 @@ func (p *Pool) Copy(b CopyBatch) error {
 	if len(b.SrcPages) > math.MaxInt32 || len(b.SrcSlots) > math.MaxInt32 {
 		return newError(op, codeInvalid, "too many pages or slots for one call")
 	}
+	beforeLongCall()
 	if err := p.acquire(op); err != nil {
 		return err
 	}

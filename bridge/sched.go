@@ -1,0 +1,41 @@
+package bridge
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Why the long cgo calls (attention, writes, reads, copies) yield first, at most once every yieldEvery.
+//
+// A goroutine that spends its time in back-to-back cgo calls is never rescheduled: each call returns to
+// the same goroutine on the same P, so the P's schedtick does not move. Once it has not moved for 10 ms
+// (the runtime's forcePreemptNS), sysmon treats the goroutine as a long runner and takes its P away inside
+// every following cgo call (retake with a forced preemption), handing the P to an idle M that wakes, finds
+// no work and sleeps again. Nothing resets it until the goroutine is rescheduled, so it lasts for hundreds
+// of calls. On a machine with as many cores as compute threads, that M wakes on a core the CPU module's
+// workers are using and holds one of them off. Traced on the 2-core test machine (Go 1.26, GOMAXPROCS 2):
+// sysmon woke an M about every 100 µs of those stretches, the pool's second thread started 25 µs late,
+// and each call's exit from cgo took 14 µs instead of 4, so a 4K-token decode took 0.22-0.28 ms instead
+// of 0.18. One runtime.Gosched every few milliseconds reschedules the goroutine and keeps sysmon away;
+// a yield before every call would cost more (measured: 0.20 ms at 4K, every call).
+const yieldEvery = 2 * time.Millisecond
+
+var (
+	epoch     = time.Now()
+	lastYield atomic.Int64 // nanoseconds after epoch of the last yield, by any goroutine
+)
+
+// yieldDue reports whether a call at now (nanoseconds after epoch) should yield first, and claims the yield
+// when it should: of the goroutines that ask at once, one yields.
+func yieldDue(now int64) bool {
+	last := lastYield.Load()
+	return now-last >= int64(yieldEvery) && lastYield.CompareAndSwap(last, now)
+}
+
+// beforeLongCall is called by the bridge just before a cgo call that may run for long (see yieldEvery).
+func beforeLongCall() {
+	if yieldDue(int64(time.Since(epoch))) {
+		runtime.Gosched()
+	}
+}
