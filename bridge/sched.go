@@ -9,12 +9,12 @@ import (
 // Why the long cgo calls (attention, writes, reads, copies) yield first, at most once every yieldEvery.
 //
 // A goroutine that spends its time in back-to-back cgo calls is never rescheduled: each call returns to
-// the same goroutine on the same P, so the P's schedtick does not move. Once it has not moved for 10 ms
-// (the runtime's forcePreemptNS), sysmon treats the goroutine as a long runner and takes its P away inside
-// every following cgo call (retake with a forced preemption), handing the P to an idle M that wakes, finds
-// no work and sleeps again. Nothing resets it until the goroutine is rescheduled, so it lasts for hundreds
-// of calls. On a machine with as many cores as compute threads, that M wakes on a core the CPU module's
-// workers are using and holds one of them off. Traced on the 2-core test machine (Go 1.26, GOMAXPROCS 2):
+// the same goroutine, so its P's schedtick does not move. Once it has not moved for 10 ms (the runtime's
+// forcePreemptNS), sysmon treats the goroutine as a long runner and takes its P inside the cgo call even
+// while another P is idle (retake), handing the P to an idle M that wakes, finds no work and sleeps again.
+// The goroutine leaves cgo on the idle P, whose schedtick is as old, so its next call loses that P too,
+// and so on for hundreds of calls until something reschedules it. On a machine with as many cores as
+// compute threads, each woken M lands on a core the CPU module's workers are using and holds one off. Traced on the 2-core test machine (Go 1.26, GOMAXPROCS 2):
 // sysmon woke an M about every 100 µs of those stretches, the pool's second thread started 25 µs late,
 // and each call's exit from cgo took 14 µs instead of 4, so a 4K-token decode took 0.22-0.28 ms instead
 // of 0.18. One runtime.Gosched every few milliseconds reschedules the goroutine and keeps sysmon away;
