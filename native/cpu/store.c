@@ -75,7 +75,7 @@ static void write_token_rows(cpu_pool *p, const gokv_layout *L, uint8_t *page, i
     for (int32_t h = 0; h < L->n_kv_heads; h++) {
         cpu_rows r = cpu_page_rows(L, page, h, 0, slot, 1);
         if (r.tile >= 0) { /* tiled q4 keys: the row's dwords go to lane r.tile of its tile's columns */
-            uint8_t row[512];
+            uint8_t row[CPU_TILE_ROW_MAX];
             store_row(L, k + (size_t)h * L->d_k, L->d_k, row, (uint16_t *)r.scale, (uint16_t *)r.bias);
             for (size_t j = 0; j < r.row_stride / 4u; j++)
                 memcpy((uint8_t *)r.codes + gokv_k_code_byte(L, r.tile, 4u * j), row + 4u * j, 4);

@@ -563,10 +563,8 @@ AVX512_INLINE const int32_t *avx512_key_columns(const cpu_rows *r, int32_t t0, i
     }
     const int32_t *in_place = cpu_tile_columns(r, t0, CPU_TILE);
     if (in_place) return in_place;
-    int32_t pos;
-    const uint8_t *base = cpu_tile_base(r, t0, &pos);
-    const int32_t lane = pos % CPU_TILE;
-    const int32_t *a = (const int32_t *)(base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride);
+    int32_t lane;
+    const int32_t *a = (const int32_t *)cpu_tile_at(r, t0, &lane);
     const int32_t *b = lane + tn > CPU_TILE ? a + CPU_TILE * (r->row_stride / 4u) : a; /* the next tile, when read */
     const __m512i idx =
         _mm512_add_epi32(_mm512_set1_epi32(lane), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));

@@ -90,14 +90,12 @@ static inline const uint16_t *cpu_row_bias(const cpu_rows *r, int32_t t) {
 }
 static inline int32_t cpu_run_end(const cpu_rows *r, int32_t t) { return r->codes2 && t < r->n1 ? r->n1 : r->n; }
 
-/* Tiled rows: row t's run base, and its position (lane0 + t) counted from that base's tile. */
-static inline const uint8_t *cpu_tile_base(const cpu_rows *r, int32_t t, int32_t *pos) {
-    if (r->codes2 && t >= r->n1) {
-        *pos = t - r->n1;
-        return r->codes2;
-    }
-    *pos = r->tile + t;
-    return r->codes;
+/* Tiled rows: the tile that holds row t (of either run), and t's lane in it. */
+static inline const uint8_t *cpu_tile_at(const cpu_rows *r, int32_t t, int32_t *lane) {
+    const int second = r->codes2 && t >= r->n1;
+    const int32_t pos = second ? t - r->n1 : r->tile + t; /* lanes counted from the run's first tile */
+    *lane = pos % CPU_TILE;
+    return (second ? r->codes2 : r->codes) + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride;
 }
 
 /* Tiled rows: the dword columns of rows t .. t + w - 1 (w: 8 or 16, the piece of one run) in place, when they
@@ -105,10 +103,9 @@ static inline const uint8_t *cpu_tile_base(const cpu_rows *r, int32_t t, int32_t
  * are plain or the piece is not aligned (the caller gathers them: cpu_rows_untile). */
 static inline const int32_t *cpu_tile_columns(const cpu_rows *r, int32_t t, int32_t w) {
     if (r->tile < 0) return NULL;
-    int32_t pos;
-    const uint8_t *base = cpu_tile_base(r, t, &pos);
-    if (pos % w) return NULL;
-    return (const int32_t *)(base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride) + pos % CPU_TILE;
+    int32_t lane;
+    const uint8_t *tile = cpu_tile_at(r, t, &lane);
+    return lane % w ? NULL : (const int32_t *)tile + lane;
 }
 
 /* Copies rows t .. t + n - 1 of r (of one run; plain or tiled) to out as plain rows of r->row_stride bytes. */
@@ -119,9 +116,8 @@ static inline void cpu_rows_untile(const cpu_rows *r, int32_t t, int32_t n, uint
     }
     const size_t words = r->row_stride / 4u;
     for (int32_t u = 0; u < n; u++) {
-        int32_t pos;
-        const uint8_t *base = cpu_tile_base(r, t + u, &pos);
-        const uint8_t *tile = base + (size_t)(pos / CPU_TILE) * CPU_TILE * r->row_stride + (size_t)(pos % CPU_TILE) * 4u;
+        int32_t lane;
+        const uint8_t *tile = cpu_tile_at(r, t + u, &lane) + (size_t)lane * 4u;
         uint8_t *row = out + (size_t)u * r->row_stride;
         for (size_t j = 0; j < words; j++) memcpy(row + 4u * j, tile + 4u * CPU_TILE * j, 4);
     }
