@@ -1,6 +1,7 @@
 package gokv
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -41,7 +42,7 @@ type Step struct {
 	slots     []int32 // [n] residual ring of each sequence
 	groups    []stepGroup
 	ran       []bool // per layer: Layer succeeded at least once
-	wrote     []bool // per layer: a native write was attempted (for Abort's KIVI check)
+	stored    []bool // per layer: the new tokens may be in the pool (a native write got past validation)
 	done      bool
 }
 
@@ -76,7 +77,7 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 	n := len(entries)
 	st := &Step{c: c, seqs: make([]*Sequence, n), newTokens: make([]int, n), tokIndptr: make([]int32, n+1),
 		startPos: make([]int32, n), kvLen: make([]int32, n), slots: make([]int32, n),
-		groups: make([]stepGroup, len(c.groups)), ran: make([]bool, len(c.layers)), wrote: make([]bool, len(c.layers))}
+		groups: make([]stepGroup, len(c.groups)), ran: make([]bool, len(c.layers)), stored: make([]bool, len(c.layers))}
 	seen := make(map[*Sequence]int, n)
 	for i, e := range entries {
 		s := e.Seq
@@ -204,8 +205,11 @@ func (st *Step) Rows() int { return st.rows }
 // With q and out both nil, Layer only stores the new tokens (a prefill whose outputs the engine does not
 // need, e.g. all rows but the last): no attention is computed.
 //
-// The slices are only used during the call. Every layer must run (once or more) before Commit. Errors
-// name the layer and argument; a rejected call stores nothing.
+// The slices are only used during the call. Every layer must run before Commit. Calling Layer again for
+// a layer replaces its new tokens exactly (f32, f16, q8, q4, and KIVI while every sequence's new tokens
+// fit its residual ring's free rows); a KIVI layer whose first call overwrote ring rows that storing the
+// tokens again would read refuses a second call with ErrInvalid and keeps the first call's tokens.
+// Errors name the layer and argument; a rejected call stores nothing, and the step can be retried.
 func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 	const op = "Step.Layer"
 	st.mu.Lock()
@@ -267,19 +271,46 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 	a := bridge.AttendBatch{Pool: cl.pool, QIndptr: st.tokIndptr, PageIndptr: sg.pageIndptr, PageIDs: sg.pageIDs,
 		KVLen: st.kvLen, QPos: st.startPos, ResidualSlot: slots, HeadsQ: l.HeadsQ, Q: q, Out: out,
 		Scale: cl.scale, SinkLogits: sinks, SinkTokens: cl.group.rule.sinks, Window: cl.group.rule.window}
-	st.wrote[layer] = true
-	if writeOnly {
-		if err := cl.pool.Write(w); err != nil {
-			return wrapErr(op, "layer "+strconv.Itoa(layer), err)
+	if st.stored[layer] {
+		if i := st.ringOverwritten(cl.format); i >= 0 {
+			return newErr(op, ErrorInvalid, "layer %d (%s): this step's tokens are already stored, and sequence %d's %d new tokens overwrote residual ring rows (R + g = %d) that storing them again would read; the first call's tokens stay (Commit them, or Abort)",
+				layer, cl.format, st.seqs[i].id, st.newTokens[i], cl.format.Residual+cl.format.Group)
 		}
-		st.ran[layer] = true
-		return nil
 	}
-	if err := appendAttend(c.eng.dev, w, a); err != nil {
+	var err error
+	if writeOnly {
+		err = cl.pool.Write(w)
+	} else {
+		err = appendAttend(c.eng.dev, w, a)
+	}
+	if err != nil {
+		st.stored[layer] = st.stored[layer] || !rejectedBeforeWrite(err)
 		return wrapErr(op, "layer "+strconv.Itoa(layer), err)
 	}
-	st.ran[layer] = true
+	st.stored[layer], st.ran[layer] = true, true
 	return nil
+}
+
+// ringOverwritten returns the first entry whose new tokens, once stored in a layer of format f,
+// overwrote KIVI residual ring rows of its older tokens, or -1.
+func (st *Step) ringOverwritten(f Format) int {
+	for i := range st.seqs {
+		if kiviRingClobbered(f, int(st.startPos[i]), st.newTokens[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// rejectedBeforeWrite reports whether a native write failed in the C core's validation, which runs before
+// any byte is stored (bad arguments, versions, missing capabilities); other failures may have stored some.
+func rejectedBeforeWrite(err error) bool {
+	for _, code := range []error{bridge.ErrInvalid, bridge.ErrRange, bridge.ErrVersion, bridge.ErrNotSupported} {
+		if errors.Is(err, code) {
+			return true
+		}
+	}
+	return false
 }
 
 // appendAttend is a layer's native work in a step: store the new tokens, then attend, in ONE cgo call
@@ -360,7 +391,7 @@ func (st *Step) Abort() error {
 	for i, s := range st.seqs {
 		s.step = nil
 		for li, cl := range c.layers {
-			if !st.wrote[li] || !kiviRingClobbered(cl.format, int(st.startPos[i]), st.newTokens[i]) {
+			if !st.stored[li] || !kiviRingClobbered(cl.format, int(st.startPos[i]), st.newTokens[i]) {
 				continue
 			}
 			s.broken = fmt.Sprintf("an aborted step of %d tokens overwrote its KIVI residual ring in layer %d", st.newTokens[i], li)

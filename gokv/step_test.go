@@ -2,6 +2,7 @@ package gokv
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -336,4 +337,93 @@ func TestStepLayerWriteOnly(t *testing.T) {
 	require.NoError(t, err)
 	assert.ErrorContains(t, st.Layer(0, q, k[:64], v[:64], nil), "out")
 	require.NoError(t, st.Abort())
+}
+
+// TestLayerTwiceReplacesOrRefuses: calling Layer a second time for a layer in one step (first with other
+// data, then the real data) either stores exactly what one call with the real data stores, or is refused
+// with ErrInvalid, for every format; never a mix of the two calls. The step's outputs and every later
+// decode are compared bit for bit with a sequence that called Layer once.
+func TestLayerTwiceReplacesOrRefuses(t *testing.T) {
+	e := openTestEngine(t)
+	spec := ModelSpec{Name: "one", SinkTokens: DefaultSinkTokens, Layers: []LayerSpec{AttentionLayer(4, 2, 64)}}
+	const rowQ, rowKV = 4 * 64, 2 * 64
+	for _, name := range []string{"f32", "f16", "q8", "q4", "kivi2:32:32", "kivi2", "kivi4:32:64"} {
+		t.Run(name, func(t *testing.T) {
+			f := MustParseFormat(name)
+			refused := 0
+			for _, start := range []int{0, 31, 63, 64, 100, 190} {
+				for _, n := range []int{1, 2, 33, 70} {
+					c, err := e.NewCache(spec, CacheOptions{Format: f, PageSize: 64, MaxTokens: 1024, MaxSequences: 3})
+					require.NoError(t, err)
+					rng := newRand(uint64(start*131 + n))
+					once, twice, retried := mustSeq(t, c), mustSeq(t, c), mustSeq(t, c)
+					if start > 0 {
+						k, v := randVec(rng, start*rowKV, 1), randVec(rng, start*rowKV, 1)
+						for _, s := range []*Sequence{once, twice, retried} {
+							st, err := c.Begin(prefill(s, start))
+							require.NoError(t, err)
+							require.NoError(t, st.Layer(0, nil, k, v, nil))
+							require.NoError(t, st.Commit())
+						}
+					}
+					q, k, v := randVec(rng, n*rowQ, 1), randVec(rng, n*rowKV, 1), randVec(rng, n*rowKV, 1)
+					junkQ, junkK, junkV := randVec(rng, n*rowQ, 3), randVec(rng, n*rowKV, 3), randVec(rng, n*rowKV, 3)
+					want, got := poisoned(n*rowQ), poisoned(n*rowQ)
+					st, err := c.Begin(prefill(once, n))
+					require.NoError(t, err)
+					require.NoError(t, st.Layer(0, q, k, v, want))
+					require.NoError(t, st.Commit())
+
+					// A call refused for a bad value stores nothing: the retry is exact, whatever the format.
+					st, err = c.Begin(prefill(retried, n))
+					require.NoError(t, err)
+					badK := slices.Clone(k)
+					badK[len(badK)-1] = float32(math.Inf(1))
+					require.ErrorIs(t, st.Layer(0, q, badK, v, poisoned(n*rowQ)), ErrInvalid)
+					retriedOut := poisoned(n * rowQ)
+					require.NoError(t, st.Layer(0, q, k, v, retriedOut))
+					require.NoError(t, st.Commit())
+					require.Equal(t, want, retriedOut, "start %d, %d new tokens: retried after a refused call", start, n)
+
+					st, err = c.Begin(prefill(twice, n))
+					require.NoError(t, err)
+					require.NoError(t, st.Layer(0, junkQ, junkK, junkV, poisoned(n*rowQ)))
+					if err := st.Layer(0, q, k, v, got); err != nil {
+						assert.ErrorIs(t, err, ErrInvalid)
+						assert.ErrorContains(t, err, "layer 0")
+						assert.ErrorContains(t, err, "already stored")
+						refused++
+						require.NoError(t, c.Close())
+						continue
+					}
+					require.NoError(t, st.Commit())
+					require.Equal(t, want, got, "start %d, %d new tokens: the step's output", start, n)
+					for range 3 {
+						q, k, v := randVec(rng, rowQ, 1), randVec(rng, rowKV, 1), randVec(rng, rowKV, 1)
+						outs := [2][]float32{poisoned(rowQ), poisoned(rowQ)}
+						for i, s := range []*Sequence{once, twice} {
+							st, err := c.Begin(decode(s))
+							require.NoError(t, err)
+							require.NoError(t, st.Layer(0, q, k, v, outs[i]))
+							require.NoError(t, st.Commit())
+						}
+						require.Equal(t, outs[0], outs[1], "start %d, %d new tokens: a later decode", start, n)
+					}
+					require.NoError(t, c.Close())
+				}
+			}
+			if f.Kind.IsKIVI() {
+				assert.Positive(t, refused, "the 70-token steps overwrite KIVI rings")
+			} else {
+				assert.Zero(t, refused, "only KIVI steps that overwrote their residual ring may refuse")
+			}
+		})
+	}
+}
+
+func mustSeq(t *testing.T, c *Cache) *Sequence {
+	t.Helper()
+	s, err := c.NewSequence()
+	require.NoError(t, err)
+	return s
 }
