@@ -327,7 +327,7 @@ func (c *Cache) closePools() {
 // the cache, its sequences and its steps fails with ErrClosed (Release and Abort return nil). It is
 // idempotent and safe on a nil *Cache.
 func (c *Cache) Close() error {
-	if c == nil {
+	if c == nil || c.eng == nil {
 		return nil
 	}
 	c.life.Lock()
@@ -352,14 +352,33 @@ func (c *Cache) Close() error {
 	return nil
 }
 
-// Spec returns a copy of the model spec the cache was created for.
-func (c *Cache) Spec() ModelSpec { return c.spec.Clone() }
+// Spec returns a copy of the model spec the cache was created for (empty for a nil Cache).
+func (c *Cache) Spec() ModelSpec {
+	if c == nil {
+		return ModelSpec{}
+	}
+	return c.spec.Clone()
+}
+
+// made fails with ErrInvalid for a nil Cache or one that did not come from Engine.NewCache.
+func (c *Cache) made(op string) error {
+	switch {
+	case c == nil:
+		return newErr(op, ErrorInvalid, "cache is nil (create one with Engine.NewCache)")
+	case c.eng == nil:
+		return newErr(op, ErrorInvalid, "cache was not created (a zero Cache; create one with Engine.NewCache)")
+	}
+	return nil
+}
 
 // SetSinkLogits sets the learned sink logits σ_h of a layer with LearnedSinks (gpt-oss): one per query
 // head, [HeadsQ], finite. logits is copied. Steps that run the layer afterwards use them; a step of a
 // LearnedSinks layer fails until they are set.
 func (c *Cache) SetSinkLogits(layer int, logits []float32) error {
 	const op = "Cache.SetSinkLogits"
+	if err := c.made(op); err != nil {
+		return err
+	}
 	if layer < 0 || layer >= len(c.layers) {
 		return newErr(op, ErrorRange, "layer %d is outside [0, %d)", layer, len(c.layers))
 	}
@@ -404,8 +423,11 @@ type GroupStats struct {
 	PagesTotal int
 }
 
-// Stats returns the cache's occupancy (zero after Close).
+// Stats returns the cache's occupancy (zero after Close, and for a nil Cache).
 func (c *Cache) Stats() CacheStats {
+	if c == nil {
+		return CacheStats{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var st CacheStats

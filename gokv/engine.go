@@ -125,10 +125,14 @@ func (e *Engine) Info() (DeviceInfo, error) {
 		SubgroupSize: i.SubgroupSize, Threads: i.Threads}, nil
 }
 
-// check fails with ErrClosed once the engine is closed (and for a nil engine).
+// check fails with ErrClosed once the engine is closed, and with ErrInvalid for a nil engine or one that
+// did not come from Open.
 func (e *Engine) check(op string) error {
 	if e == nil {
-		return newErr(op, ErrorInvalid, "engine is nil")
+		return newErr(op, ErrorInvalid, "engine is nil (open one with gokv.Open)")
+	}
+	if e.dev == nil {
+		return newErr(op, ErrorInvalid, "engine was not opened (a zero Engine; open one with gokv.Open)")
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -138,9 +142,9 @@ func (e *Engine) check(op string) error {
 	return nil
 }
 
-// Close closes the engine's caches and its device. It is idempotent and safe on a nil *Engine.
+// Close closes the engine's caches and its device. It is idempotent and safe on a nil or zero Engine.
 func (e *Engine) Close() error {
-	if e == nil {
+	if e == nil || e.dev == nil {
 		return nil
 	}
 	e.mu.Lock()

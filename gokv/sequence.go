@@ -29,6 +29,9 @@ type Sequence struct {
 // NewSequence creates an empty sequence. It fails with ErrCapacity when MaxSequences sequences are live.
 func (c *Cache) NewSequence() (*Sequence, error) {
 	const op = "Cache.NewSequence"
+	if err := c.made(op); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -50,14 +53,34 @@ func (c *Cache) newSequenceLocked() *Sequence {
 	return s
 }
 
-// ID returns the sequence's identifier, unique within its cache.
-func (s *Sequence) ID() int { return s.id }
+// ID returns the sequence's identifier, unique within its cache (-1 for a nil or zero Sequence).
+func (s *Sequence) ID() int {
+	if s == nil || s.c == nil {
+		return -1
+	}
+	return s.id
+}
 
-// Len returns the number of tokens in the sequence (its next position), evicted ones included.
+// Len returns the number of tokens in the sequence (its next position), evicted ones included; 0 for a
+// nil or zero Sequence.
 func (s *Sequence) Len() int {
+	if s == nil || s.c == nil {
+		return 0
+	}
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	return s.length
+}
+
+// made fails with ErrInvalid for a nil Sequence or one that did not come from its cache.
+func (s *Sequence) made(op string) error {
+	switch {
+	case s == nil:
+		return newErr(op, ErrorInvalid, "sequence is nil")
+	case s.c == nil:
+		return newErr(op, ErrorInvalid, "sequence was not created (a zero Sequence; create one with Cache.NewSequence or Fork)")
+	}
+	return nil
 }
 
 // usable reports why s cannot take part in an operation (c.mu held), or nil.
@@ -80,6 +103,9 @@ func (s *Sequence) usable(op string) error {
 // are copied (one native copy per KIVI layer). Fails with ErrCapacity when MaxSequences are live.
 func (s *Sequence) Fork() (*Sequence, error) {
 	const op = "Sequence.Fork"
+	if err := s.made(op); err != nil {
+		return nil, err
+	}
 	c := s.c
 	c.life.RLock()
 	defer c.life.RUnlock()
@@ -126,6 +152,9 @@ func (s *Sequence) Fork() (*Sequence, error) {
 // appended since its residual ring last flushed a group.
 func (s *Sequence) Truncate(n int) error {
 	const op = "Sequence.Truncate"
+	if err := s.made(op); err != nil {
+		return err
+	}
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -186,6 +215,9 @@ func kiviMinTruncate(f Format, n int) int {
 // an open step.
 func (s *Sequence) Release() error {
 	const op = "Sequence.Release"
+	if err := s.made(op); err != nil {
+		return err
+	}
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -64,6 +64,9 @@ type stepGroup struct {
 // changes nothing.
 func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 	const op = "Cache.Begin"
+	if err := c.made(op); err != nil {
+		return nil, err
+	}
 	if len(entries) == 0 {
 		return nil, newErr(op, ErrorInvalid, "no entries")
 	}
@@ -84,6 +87,8 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 		switch {
 		case s == nil:
 			return nil, newErr(op, ErrorInvalid, "entry %d: Seq is nil", i)
+		case s.c == nil:
+			return nil, newErr(op, ErrorInvalid, "entry %d: Seq was not created (a zero Sequence; create one with Cache.NewSequence or Fork)", i)
 		case s.c != c:
 			return nil, newErr(op, ErrorInvalid, "entry %d: sequence %d belongs to another cache", i, s.id)
 		case e.NewTokens < 1:
@@ -191,8 +196,25 @@ func (st *Step) releaseFreshLocked() {
 	}
 }
 
-// Rows returns the number of new tokens of the step, Σ NewTokens: the rows of q, k, v and out.
-func (st *Step) Rows() int { return st.rows }
+// Rows returns the number of new tokens of the step, Σ NewTokens: the rows of q, k, v and out (0 for a
+// nil or zero Step).
+func (st *Step) Rows() int {
+	if st == nil {
+		return 0
+	}
+	return st.rows
+}
+
+// made fails with ErrInvalid for a nil Step or one that did not come from Cache.Begin.
+func (st *Step) made(op string) error {
+	switch {
+	case st == nil:
+		return newErr(op, ErrorInvalid, "step is nil")
+	case st.c == nil:
+		return newErr(op, ErrorInvalid, "step was not begun (a zero Step; begin one with Cache.Begin)")
+	}
+	return nil
+}
 
 // Layer stores layer's new keys and values for every entry and computes its attention for the new
 // queries, in one native call. Shapes (rows = Rows(), row-major):
@@ -212,6 +234,9 @@ func (st *Step) Rows() int { return st.rows }
 // Errors name the layer and argument; a rejected call stores nothing, and the step can be retried.
 func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 	const op = "Step.Layer"
+	if err := st.made(op); err != nil {
+		return err
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	c := st.c
@@ -325,10 +350,20 @@ func appendAttend(dev *bridge.Device, w bridge.WriteBatch, a bridge.AttendBatch)
 // or Abort). After the step ended, Commit fails with ErrClosed.
 func (st *Step) Commit() error {
 	const op = "Step.Commit"
+	if err := st.made(op); err != nil {
+		return err
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.done {
 		return newErr(op, ErrorClosed, "the step has ended (Commit or Abort was called)")
+	}
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		st.done = true
+		return newErr(op, ErrorClosed, "cache is closed")
 	}
 	var missing []int
 	for li, ok := range st.ran {
@@ -339,13 +374,7 @@ func (st *Step) Commit() error {
 	if len(missing) > 0 {
 		return newErr(op, ErrorInvalid, "layers %s did not run in this step (call Layer for each, or Abort)", joinInts(missing))
 	}
-	c := st.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	st.done = true
-	if c.closed {
-		return newErr(op, ErrorClosed, "cache is closed")
-	}
 	for gi := range c.groups {
 		g, sg := c.groups[gi], &st.groups[gi]
 		for i, s := range st.seqs {
@@ -374,6 +403,9 @@ func (st *Step) Commit() error {
 // returns an ErrNotSupported error naming them, after ending the step.
 func (st *Step) Abort() error {
 	const op = "Step.Abort"
+	if err := st.made(op); err != nil {
+		return err
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.done {
