@@ -244,7 +244,8 @@ gokv_status gokv_attend(gokv_device *dev, const gokv_attend_desc *desc);
  * written, so a rejected step leaves the cache as it was. */
 gokv_status gokv_append_attend(gokv_device *dev, const gokv_write_desc *write, const gokv_attend_desc *attend);
 
-/* KIVI: how many of a sequence's n tokens are quantized into pages (the rest are in its ring). */
+/* KIVI: how many of a sequence's n tokens are quantized into pages (the rest are in its ring), in [0, n];
+ * -1 (with gokv_last_error set) for n < 0, group_size <= 0 or residual < 0. */
 int32_t gokv_kivi_quantized_len(int32_t n, int32_t group_size, int32_t residual);
 
 #ifdef __cplusplus

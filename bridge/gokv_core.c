@@ -34,8 +34,13 @@ const char *gokv_format_name(int32_t format) {
 }
 
 int32_t gokv_kivi_quantized_len(int32_t n, int32_t group_size, int32_t residual) {
-    if (group_size <= 0 || n <= residual) return 0;
-    return (n - residual) / group_size * group_size;
+    if (n < 0 || group_size <= 0 || residual < 0) {
+        gokv_set_error(GOKV_EINVAL, "gokv_kivi_quantized_len: n %d, group_size %d, residual %d: want n >= 0, "
+                       "group_size > 0, residual >= 0", n, group_size, residual);
+        return -1;
+    }
+    if (n <= residual) return 0;
+    return (n - residual) / group_size * group_size; /* n > residual >= 0: no overflow */
 }
 
 /* ---- last error (thread-local) ---- */
@@ -264,9 +269,11 @@ const gokv_layout *gokv_pool_layout(const gokv_pool *pool) { return pool ? &pool
 gokv_status gokv_pool_write(gokv_pool *pool, const gokv_write_desc *desc) {
     static const char *const op = "gokv_pool_write";
     gokv_write_desc d;
-    gokv_status st = gokv_validate_write(op, pool, desc, &d);
+    gokv_value_range k_range, v_range;
+    gokv_status st = gokv_validate_write(op, pool, desc, &d, &k_range, &v_range);
     if (st) return st;
     if (d.n_seqs == 0) return ok();
+    gokv_pool_note_range(pool, &k_range, &v_range);
     GOKV_POOL_CALL(op, pool, pool_write, &d);
 }
 
@@ -291,23 +298,29 @@ gokv_status gokv_pool_copy(gokv_pool *pool, const gokv_copy_desc *desc) {
 gokv_status gokv_attend(gokv_device *dev, const gokv_attend_desc *desc) {
     static const char *const op = "gokv_attend";
     gokv_attend_desc d;
-    gokv_status st = gokv_validate_attend(op, dev, desc, &d);
+    gokv_value_range q_range;
+    gokv_status st = gokv_validate_attend(op, dev, desc, &d, &q_range);
     if (st) return st;
     if (d.n_seqs == 0) return ok();
     gokv_pool *pool = d.pool;
+    if ((st = gokv_check_score_range(op, pool, &d, &q_range, 0.0f, 0.0f))) return st;
     GOKV_POOL_CALL(op, pool, attend, &d);
 }
 
 gokv_status gokv_append_attend(gokv_device *dev, const gokv_write_desc *write, const gokv_attend_desc *attend) {
     static const char *const op = "gokv_append_attend";
     gokv_attend_desc a;
-    gokv_status st = gokv_validate_attend(op, dev, attend, &a);
+    gokv_value_range q_range, k_range = {0}, v_range = {0};
+    gokv_status st = gokv_validate_attend(op, dev, attend, &a, &q_range);
     if (st) return st;
     gokv_pool *pool = a.pool;
+    gokv_write_desc w = {0};
+    if (write && (st = gokv_validate_write(op, pool, write, &w, &k_range, &v_range))) return st;
+    const float new_v = pool->layout.v_is_k_prefix ? k_range.max_abs : v_range.max_abs;
+    if ((st = gokv_check_score_range(op, pool, &a, &q_range, k_range.max_abs, new_v))) return st;
     if (write) {
-        gokv_write_desc w;
-        if ((st = gokv_validate_write(op, pool, write, &w))) return st;
         if (w.n_seqs > 0) {
+            gokv_pool_note_range(pool, &k_range, &v_range);
             if (!pool->dev->be->pool_write)
                 return gokv_set_error(GOKV_ENOTSUP, "%s: backend \"%s\" does not implement pool_write", op, pool->dev->be->name);
             if ((st = pool->dev->be->pool_write(pool->dev->impl, pool->impl, &pool->layout, &w))) return st;

@@ -118,19 +118,84 @@ static gokv_status check_slot(const char *op, const gokv_pool *pool, const int32
 }
 
 static gokv_status check_values(const char *op, const char *name, const float *x, int64_t rows, int32_t heads,
-                                int32_t dim, int fp16_range, const char *row_name) {
+                                int32_t dim, int fp16_range, const char *row_name, gokv_value_range *range) {
+    gokv_value_range rg = {0};
     for (int64_t r = 0; r < rows; r++)
         for (int32_t h = 0; h < heads; h++) {
             const float *p = x + (r * heads + h) * (int64_t)dim;
+            double l1 = 0;
             for (int32_t c = 0; c < dim; c++) {
                 if (!isfinite(p[c]))
                     FAIL(GOKV_EINVAL, "%s: %s is not finite at %s %lld, head %d, channel %d", op, name, row_name,
                          (long long)r, h, c);
-                if (fp16_range && fabsf(p[c]) > FP16_MAX)
+                const float a = fabsf(p[c]);
+                if (fp16_range && a > FP16_MAX)
                     FAIL(GOKV_EINVAL, "%s: %s=%g at %s %lld, head %d, channel %d is outside the fp16 range this format stores",
                          op, name, p[c], row_name, (long long)r, h, c);
+                rg.max_abs = a > rg.max_abs ? a : rg.max_abs;
+                l1 += a;
+            }
+            if (l1 > rg.max_l1) {
+                rg.max_l1 = l1;
+                rg.l1_row = r;
+                rg.l1_head = h;
             }
         }
+    if (range) *range = rg;
+    return GOKV_OK;
+}
+
+/* Every score and partial sum a kernel forms stays below this (a quarter of FLT_MAX, so that differences
+ * of two scores and the sink logit stay finite too). */
+static const double SCORE_LIMIT = 0.25 * 3.4028234663852886e38;
+/* A stored element is read back as at most its input's magnitude plus fp16 rounding of scale and bias;
+ * kernels also form sums of raw codes (up to 255 for q8) before scaling them. */
+static double stored_bound(float max_abs) {
+    const double a = 1.001 * (double)max_abs;
+    return a > 256.0 ? a : 256.0;
+}
+
+static float load_bits(const uint32_t *bits) {
+    uint32_t u = __atomic_load_n(bits, __ATOMIC_RELAXED);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Non-negative floats order like their bit patterns, so the maximum is an integer CAS loop. */
+static void raise_bits(uint32_t *bits, float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t cur = __atomic_load_n(bits, __ATOMIC_RELAXED);
+    while (u > cur && !__atomic_compare_exchange_n(bits, &cur, u, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+void gokv_pool_note_range(gokv_pool *pool, const gokv_value_range *k_range, const gokv_value_range *v_range) {
+    raise_bits(&pool->max_abs_k_bits, k_range->max_abs);
+    raise_bits(&pool->max_abs_v_bits, pool->layout.v_is_k_prefix ? k_range->max_abs : v_range->max_abs);
+}
+
+gokv_status gokv_check_score_range(const char *op, const gokv_pool *pool, const gokv_attend_desc *d,
+                                   const gokv_value_range *q_range, float new_k_abs, float new_v_abs) {
+    if (d->n_seqs == 0 || d->q_indptr[d->n_seqs] == 0) return GOKV_OK;
+    float k_abs = load_bits(&pool->max_abs_k_bits), v_abs = load_bits(&pool->max_abs_v_bits);
+    k_abs = new_k_abs > k_abs ? new_k_abs : k_abs;
+    v_abs = new_v_abs > v_abs ? new_v_abs : v_abs;
+    /* |scale q.k| <= scale * sum|q| * max|k|; partial sums before the scale is applied reach sum|q| * max|k|. */
+    const double scale = d->scale > 1.0f ? d->scale : 1.0;
+    const double bound = scale * q_range->max_l1 * stored_bound(k_abs);
+    if (bound > SCORE_LIMIT)
+        FAIL(GOKV_EINVAL, "%s: query row %lld, head %d: scale %g x sum|q| %g x the largest stored |k| %g reaches %.3g, "
+             "beyond float32's range (the scores would overflow); scale the queries or keys down",
+             op, (long long)q_range->l1_row, q_range->l1_head, d->scale, q_range->max_l1, k_abs, bound);
+    /* The unnormalized output sums up to kv_len weights <= 1 times the values. */
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const double sum = ((double)d->kv_len[s] + 1.0) * stored_bound(v_abs);
+        if (d->q_indptr[s + 1] > d->q_indptr[s] && sum > SCORE_LIMIT)
+            FAIL(GOKV_EINVAL, "%s: sequence %d: %d tokens of values up to |v| %g can sum to %.3g, beyond float32's range "
+                 "(the output would overflow); scale the values down", op, s, d->kv_len[s], v_abs, sum);
+    }
     return GOKV_OK;
 }
 
@@ -182,7 +247,10 @@ static gokv_status validate_write_seqs(const char *op, gokv_pool *pool, const go
     return GOKV_OK;
 }
 
-gokv_status gokv_validate_write(const char *op, gokv_pool *pool, const gokv_write_desc *in, gokv_write_desc *d) {
+gokv_status gokv_validate_write(const char *op, gokv_pool *pool, const gokv_write_desc *in, gokv_write_desc *d,
+                                gokv_value_range *k_range, gokv_value_range *v_range) {
+    if (k_range) *k_range = (gokv_value_range){0};
+    if (v_range) *v_range = (gokv_value_range){0};
     if (!pool) FAIL(GOKV_EINVAL, "%s: pool is NULL", op);
     gokv_status st = gokv_take_desc(op, "desc", d, sizeof *d, in, in ? in->struct_size : 0);
     if (st) return st;
@@ -195,9 +263,10 @@ gokv_status gokv_validate_write(const char *op, gokv_pool *pool, const gokv_writ
     if (rows > 0 && !d->k) FAIL(GOKV_EINVAL, "%s: k is NULL with %lld tokens to write", op, (long long)rows);
     if (rows > 0 && !L->v_is_k_prefix && !d->v) FAIL(GOKV_EINVAL, "%s: v is NULL with %lld tokens to write", op, (long long)rows);
     const int fp16_range = L->format != GOKV_FORMAT_F32;
-    if (rows > 0 && (st = check_values(op, "k", d->k, rows, L->n_kv_heads, L->d_k, fp16_range, "token row"))) return st;
+    if (rows > 0 && (st = check_values(op, "k", d->k, rows, L->n_kv_heads, L->d_k, fp16_range, "token row", k_range)))
+        return st;
     if (rows > 0 && !L->v_is_k_prefix &&
-        (st = check_values(op, "v", d->v, rows, L->n_kv_heads, L->d_v, fp16_range, "token row")))
+        (st = check_values(op, "v", d->v, rows, L->n_kv_heads, L->d_v, fp16_range, "token row", v_range)))
         return st;
     uint8_t *seen_pages = calloc(((size_t)pool->desc.n_pages + 7) / 8, 1);
     uint8_t *seen_slots = calloc(((size_t)pool->desc.n_residual_slots + 7) / 8 + 1, 1);
@@ -292,7 +361,9 @@ static gokv_status validate_attend_seqs(const char *op, const gokv_pool *pool, c
     return GOKV_OK;
 }
 
-gokv_status gokv_validate_attend(const char *op, gokv_device *dev, const gokv_attend_desc *in, gokv_attend_desc *d) {
+gokv_status gokv_validate_attend(const char *op, gokv_device *dev, const gokv_attend_desc *in, gokv_attend_desc *d,
+                                 gokv_value_range *q_range) {
+    *q_range = (gokv_value_range){0};
     if (!dev) FAIL(GOKV_EINVAL, "%s: dev is NULL", op);
     gokv_status st = gokv_take_desc(op, "desc", d, sizeof *d, in, in ? in->struct_size : 0);
     if (st) return st;
@@ -323,6 +394,6 @@ gokv_status gokv_validate_attend(const char *op, gokv_device *dev, const gokv_at
     if (rows > 0 && !d->q) FAIL(GOKV_EINVAL, "%s: q is NULL with %lld query rows", op, (long long)rows);
     if (rows > 0 && !d->out) FAIL(GOKV_EINVAL, "%s: out is NULL with %lld query rows", op, (long long)rows);
     if ((st = validate_attend_seqs(op, pool, d))) return st;
-    if (rows > 0 && (st = check_values(op, "q", d->q, rows, d->n_heads_q, L->d_k, 0, "query row"))) return st;
+    if (rows > 0 && (st = check_values(op, "q", d->q, rows, d->n_heads_q, L->d_k, 0, "query row", q_range))) return st;
     return GOKV_OK;
 }

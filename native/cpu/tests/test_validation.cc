@@ -566,4 +566,28 @@ TEST_F(CallValidation, CopyRejects) {
     }
 }
 
+/* The pure size helper validates its arguments too: no signed overflow (UBSan runs this), never more
+ * than n, and -1 with a message for what cannot be a KIVI sequence. */
+TEST(Validation, KiviQuantizedLenArguments) {
+    const int32_t max = std::numeric_limits<int32_t>::max(), min = std::numeric_limits<int32_t>::min();
+    struct Case { int32_t n, g, r; const char *needle; } bad[] = {
+        {max, 32, min, "residual"}, {100, 32, -64, "residual"}, {-1, 32, 0, "n -1"}, {100, 0, 32, "group_size 0"},
+        {100, -32, 32, "group_size -32"}, {min, 32, 32, "n"},
+    };
+    for (const Case &c : bad) {
+        EXPECT_EQ(gokv_kivi_quantized_len(c.n, c.g, c.r), -1) << c.n << " " << c.g << " " << c.r;
+        EXPECT_NE(std::string(gokv_last_error()).find(c.needle), std::string::npos) << gokv_last_error();
+    }
+    EXPECT_EQ(gokv_kivi_quantized_len(max, 32, 0), max / 32 * 32);
+    EXPECT_EQ(gokv_kivi_quantized_len(max, 128, max), 0);
+    EXPECT_EQ(gokv_kivi_quantized_len(max, 1, 65536), max - 65536);
+    for (int32_t n = 0; n < 300; n++)
+        for (int32_t r : {0, 32, 128}) {
+            const int32_t q = gokv_kivi_quantized_len(n, 32, r);
+            EXPECT_GE(q, 0);
+            EXPECT_LE(q, n);
+            EXPECT_EQ(q % 32, 0);
+        }
+}
+
 } // namespace
