@@ -9,7 +9,23 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on what a config.json may ask for. A few hundred bytes of JSON must not make FromHFConfig
+// allocate gigabytes or hand the C core a geometry it rejects later, so every count is bounded here
+// with an error naming the key. The bounds are far above any published model.
+const (
+	hfMaxConfigBytes = 1 << 20 // config.json files are a few KiB; 1 MiB bounds reading /dev/zero or a stray blob
+	hfMaxLayers      = 4096    // layers (and the layer_types list, sliding_window_pattern, max_window_layers)
+	hfMaxHeadsKV     = 1024    // kv heads: the C core's n_kv_heads limit (bridge/gokv_validate.c)
+	hfMaxHeadsQ      = 16384   // query heads: the C core's n_heads_q limit, 16 per kv head at most
+	hfMaxHeadDim     = formatMaxHeadDim
+	hfMaxPositions   = math.MaxInt32 // windows and max_position_embeddings: positions cross the ABI as int32
+	hfMaxNameRunes   = 256           // _name_or_path / model_type as the model's name
 )
 
 // LoadHFConfig reads a HuggingFace config.json (or a model directory containing one) and returns its
@@ -45,14 +61,20 @@ func LoadHFConfig(path string) (ModelSpec, error) {
 //     use_sliding_window is false (Qwen2); else, when sliding_window is set and not null:
 //     sliding_window_pattern N (Gemma 3, default 6) makes every layer sliding except (i+1) % N == 0;
 //     model_type gemma2 makes the even layers sliding; use_sliding_window true with max_window_layers M
-//     makes layers >= M sliding (Qwen2); otherwise every layer is sliding (Mistral v0.1).
+//     makes layers >= M sliding (Qwen2); otherwise every layer is sliding (Mistral v0.1). A
+//     sliding_window of 0 or null means no window.
 //   - Learned sinks on every layer for model_type gpt_oss (SinkTokens 0); other models get
 //     DefaultSinkTokens.
-//   - Name: _name_or_path, else model_type. MaxPositions: max_position_embeddings (n_positions).
+//   - Name: _name_or_path, else model_type, with control and other non-printable characters replaced
+//     by '?' (the name is printed) and cut to 256 characters. MaxPositions: max_position_embeddings
+//     (n_positions); 0 or null means unknown.
 //
-// The spec is validated before it is returned. Errors name the offending field and value. Chunked or
-// linear attention layer types are rejected rather than guessed. FromHFConfig reads r to EOF and keeps
-// no state: it is safe for concurrent use on different readers.
+// Limits: the file is at most 1 MiB; at most 4096 layers, 16384 query heads and 1024 kv heads; head
+// dims (and MLA's kv_lora_rank + qk_rope_head_dim) at most 1024; windows and max_position_embeddings
+// at most 2^31-1; negative values are errors. The spec is validated before it is returned. Errors name
+// the offending field and value. Chunked or linear attention layer types are rejected rather than
+// guessed. FromHFConfig reads r up to EOF or the size limit and keeps no state: it is safe for
+// concurrent use on different readers.
 func FromHFConfig(r io.Reader) (ModelSpec, error) {
 	cfg, err := hfDecode(r)
 	if err != nil {
@@ -64,11 +86,11 @@ func FromHFConfig(r io.Reader) (ModelSpec, error) {
 	}
 	hfApplyDefaults(cfg, modelType)
 
-	nLayers, err := cfg.requiredPositive("num_hidden_layers", "n_layer", "num_layers")
+	nLayers, err := cfg.required(hfLayers, "num_hidden_layers", "n_layer", "num_layers")
 	if err != nil {
 		return ModelSpec{}, err
 	}
-	headsQ, err := cfg.requiredPositive("num_attention_heads", "n_head")
+	headsQ, err := cfg.required(hfHeadsQ, "num_attention_heads", "n_head")
 	if err != nil {
 		return ModelSpec{}, err
 	}
@@ -95,10 +117,9 @@ func FromHFConfig(r io.Reader) (ModelSpec, error) {
 	if spec.Name == "" {
 		spec.Name = modelType
 	}
-	if v, _, err := cfg.int("max_position_embeddings", "n_positions"); err != nil {
+	spec.Name = hfPrintable(spec.Name)
+	if spec.MaxPositions, _, err = cfg.int(hfPositions, "max_position_embeddings", "n_positions"); err != nil {
 		return ModelSpec{}, err
-	} else if v > 0 {
-		spec.MaxPositions = v
 	}
 	if err := spec.Validate(); err != nil {
 		return ModelSpec{}, fmt.Errorf("gokv: config.json: %w", err)
@@ -106,24 +127,42 @@ func FromHFConfig(r io.Reader) (ModelSpec, error) {
 	return spec, nil
 }
 
+// hfRange bounds one integer field; unit names what it counts in the "more than" error.
+type hfRange struct {
+	min, max int
+	unit     string
+	zero     string // what 0 means when min is 0, for the "must be >= 0" error ("" when 0 means nothing special)
+}
+
+var (
+	hfLayers    = hfRange{min: 1, max: hfMaxLayers, unit: "layers"}
+	hfHeadsQ    = hfRange{min: 1, max: hfMaxHeadsQ, unit: "query heads"}
+	hfHeadsKV   = hfRange{min: 1, max: hfMaxHeadsKV, unit: "kv heads"}
+	hfDim       = hfRange{min: 1, max: hfMaxHeadDim, unit: "dims"}
+	hfRopeDim   = hfRange{min: 0, max: hfMaxHeadDim, unit: "dims"}
+	hfHidden    = hfRange{min: 1, max: math.MaxInt32, unit: "dims"}
+	hfWindow    = hfRange{min: 0, max: hfMaxPositions, unit: "positions", zero: "0 or null: no sliding window"}
+	hfPositions = hfRange{min: 0, max: hfMaxPositions, unit: "positions", zero: "0 or null: unknown"}
+	hfPattern   = hfRange{min: 1, max: hfMaxLayers, unit: "layers"}
+	hfLayerIdx  = hfRange{min: 0, max: hfMaxLayers, unit: "layers"}
+)
+
 // hfLayer detects the geometry shared by all layers (everything but the window).
 func hfLayer(cfg hfConfig, headsQ int) (LayerSpec, error) {
-	rank, hasRank, err := cfg.int("kv_lora_rank")
+	rank, hasRank, err := cfg.int(hfDim, "kv_lora_rank")
 	if err != nil {
 		return LayerSpec{}, err
 	}
 	if hasRank {
-		if rank < 1 {
-			return LayerSpec{}, fmt.Errorf("gokv: config.json: kv_lora_rank %d must be >= 1", rank)
-		}
-		rope, hasRope, err := cfg.int("qk_rope_head_dim")
+		rope, hasRope, err := cfg.int(hfRopeDim, "qk_rope_head_dim")
 		switch {
 		case err != nil:
 			return LayerSpec{}, err
 		case !hasRope:
 			return LayerSpec{}, errors.New("gokv: config.json: kv_lora_rank is set (MLA) but qk_rope_head_dim is missing")
-		case rope < 0:
-			return LayerSpec{}, fmt.Errorf("gokv: config.json: qk_rope_head_dim %d must be >= 0", rope)
+		case rank+rope > hfMaxHeadDim:
+			return LayerSpec{}, fmt.Errorf("gokv: config.json: kv_lora_rank %d + qk_rope_head_dim %d is more than the %d dims gokv supports",
+				rank, rope, hfMaxHeadDim)
 		}
 		return MLALayer(headsQ, rank, rope), nil
 	}
@@ -132,31 +171,31 @@ func hfLayer(cfg hfConfig, headsQ int) (LayerSpec, error) {
 	if err != nil {
 		return LayerSpec{}, err
 	}
-	headDim, hasHeadDim, err := cfg.int("head_dim")
-	if err != nil {
+	headDim, hasHeadDim, err := cfg.int(hfDim, "head_dim")
+	switch {
+	case err != nil:
 		return LayerSpec{}, err
+	case hasHeadDim:
+		return AttentionLayer(headsQ, headsKV, headDim), nil
 	}
-	if !hasHeadDim {
-		hidden, hasHidden, err := cfg.int("hidden_size", "n_embd")
-		switch {
-		case err != nil:
-			return LayerSpec{}, err
-		case !hasHidden:
-			return LayerSpec{}, errors.New("gokv: config.json: neither head_dim nor hidden_size is set")
-		case hidden%headsQ != 0:
-			return LayerSpec{}, fmt.Errorf("gokv: config.json: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not set)", hidden, headsQ)
-		}
-		headDim = hidden / headsQ
+	hidden, hasHidden, err := cfg.int(hfHidden, "hidden_size", "n_embd")
+	switch {
+	case err != nil:
+		return LayerSpec{}, err
+	case !hasHidden:
+		return LayerSpec{}, errors.New("gokv: config.json: neither head_dim nor hidden_size is set")
+	case hidden%headsQ != 0:
+		return LayerSpec{}, fmt.Errorf("gokv: config.json: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not set)", hidden, headsQ)
+	case hidden/headsQ > hfMaxHeadDim:
+		return LayerSpec{}, fmt.Errorf("gokv: config.json: hidden_size %d / num_attention_heads %d is a head dim of %d, more than the %d dims gokv supports (and head_dim is not set)",
+			hidden, headsQ, hidden/headsQ, hfMaxHeadDim)
 	}
-	if headDim < 1 {
-		return LayerSpec{}, fmt.Errorf("gokv: config.json: head_dim %d must be >= 1", headDim)
-	}
-	return AttentionLayer(headsQ, headsKV, headDim), nil
+	return AttentionLayer(headsQ, headsKV, hidden/headsQ), nil
 }
 
 // hfKVHeads applies the kv-head rules of FromHFConfig (Llama-style, then Falcon's variants).
 func hfKVHeads(cfg hfConfig, headsQ int) (int, error) {
-	if v, ok, err := cfg.int("num_key_value_heads"); err != nil || ok {
+	if v, ok, err := cfg.int(hfHeadsKV, "num_key_value_heads"); err != nil || ok {
 		return v, err
 	}
 	newArch, _, err := cfg.bool("new_decoder_architecture")
@@ -167,7 +206,7 @@ func hfKVHeads(cfg hfConfig, headsQ int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	falconKV, hasFalconKV, err := cfg.int("num_kv_heads", "n_head_kv")
+	falconKV, hasFalconKV, err := cfg.int(hfHeadsKV, "num_kv_heads", "n_head_kv")
 	switch {
 	case err != nil:
 		return 0, err
@@ -179,21 +218,28 @@ func hfKVHeads(cfg hfConfig, headsQ int) (int, error) {
 		return 1, nil
 	case hasFalconKV:
 		return falconKV, nil
+	case headsQ > hfMaxHeadsKV:
+		return 0, fmt.Errorf("gokv: config.json: num_attention_heads %d with no num_key_value_heads means as many kv heads (MHA), more than the %d kv heads gokv supports",
+			headsQ, hfMaxHeadsKV)
 	}
 	return headsQ, nil
 }
 
 // hfWindows sets each layer's Window from the config (see FromHFConfig for the rules).
 func hfWindows(cfg hfConfig, modelType string, layers []LayerSpec) error {
-	window, hasWindow, err := cfg.int("sliding_window")
+	window, hasWindow, err := cfg.int(hfWindow, "sliding_window")
 	if err != nil {
 		return err
 	}
 	if types, ok := cfg["layer_types"]; ok && types != nil {
 		list, isList := types.([]any)
 		if !isList || len(list) != len(layers) {
+			got := hfShow(types)
+			if isList {
+				got = fmt.Sprintf("%d entries", len(list))
+			}
 			return fmt.Errorf("gokv: config.json: layer_types must be a list of %d strings (one per layer), got %s",
-				len(layers), hfShow(types))
+				len(layers), got)
 		}
 		for i, t := range list {
 			switch t {
@@ -219,19 +265,16 @@ func hfWindows(cfg hfConfig, modelType string, layers []LayerSpec) error {
 		return nil
 	}
 	sliding := func(int) bool { return true } // Mistral v0.1: every layer
-	pattern, hasPattern, err := cfg.int("sliding_window_pattern")
+	pattern, hasPattern, err := cfg.int(hfPattern, "sliding_window_pattern")
 	if err != nil {
 		return err
 	}
-	maxWindowLayers, hasMaxWindowLayers, err := cfg.int("max_window_layers")
+	maxWindowLayers, hasMaxWindowLayers, err := cfg.int(hfLayerIdx, "max_window_layers")
 	if err != nil {
 		return err
 	}
 	switch {
 	case hasPattern:
-		if pattern < 1 {
-			return fmt.Errorf("gokv: config.json: sliding_window_pattern %d must be >= 1", pattern)
-		}
 		sliding = func(i int) bool { return (i+1)%pattern != 0 }
 	case modelType == "gemma2":
 		sliding = func(i int) bool { return i%2 == 0 }
@@ -268,11 +311,15 @@ func hfApplyDefaults(cfg hfConfig, modelType string) {
 // hfConfig is a decoded config.json object (numbers kept as json.Number).
 type hfConfig map[string]any
 
-// hfDecode parses one JSON object and merges its text_config over the top level.
+// hfDecode reads at most hfMaxConfigBytes, parses one JSON object and merges its text_config over the
+// top level. encoding/json bounds the nesting depth, and the size bound bounds everything else.
 func hfDecode(r io.Reader) (hfConfig, error) {
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, hfMaxConfigBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("gokv: config.json: %w", err)
+	}
+	if len(data) > hfMaxConfigBytes {
+		return nil, errors.New("gokv: config.json is larger than 1 MiB (published configs are a few KiB)")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -301,37 +348,67 @@ func hfDecode(r io.Reader) (hfConfig, error) {
 	return cfg, nil
 }
 
-// int returns the first of keys that is present and not null, as an integer. A number with a zero
-// fraction (128.0) counts as an integer; anything else is an error naming the key and the value.
-func (c hfConfig) int(keys ...string) (value int, present bool, err error) {
+// int returns the first of keys that is present and not null, as an integer within r. A number with
+// a zero fraction (128.0) counts as an integer; anything else, and any integer outside r, is an error
+// naming the key and the value.
+func (c hfConfig) int(r hfRange, keys ...string) (value int, present bool, err error) {
 	for _, k := range keys {
 		v, ok := c[k]
 		if !ok || v == nil {
 			continue
 		}
-		if n, isNum := v.(json.Number); isNum {
-			if i, err := n.Int64(); err == nil && i >= math.MinInt32 && i <= math.MaxInt32 {
-				return int(i), true, nil
-			}
-			if f, err := n.Float64(); err == nil && f == math.Trunc(f) && math.Abs(f) <= math.MaxInt32 {
-				return int(f), true, nil
-			}
+		n, isInt := hfInteger(v)
+		switch {
+		case !isInt:
+			return 0, false, fmt.Errorf("gokv: config.json: %s is %s, want an integer", k, hfShow(v))
+		case n < int64(r.min) && r.zero != "":
+			return 0, false, fmt.Errorf("gokv: config.json: %s %s must be >= %d (%s)", k, hfShow(v), r.min, r.zero)
+		case n < int64(r.min):
+			return 0, false, fmt.Errorf("gokv: config.json: %s %s must be >= %d", k, hfShow(v), r.min)
+		case n > int64(r.max):
+			return 0, false, fmt.Errorf("gokv: config.json: %s %s is more than the %d %s gokv supports", k, hfShow(v), r.max, r.unit)
 		}
-		return 0, false, fmt.Errorf("gokv: config.json: %s is %s, want an integer", k, hfShow(v))
+		return int(n), true, nil
 	}
 	return 0, false, nil
 }
 
-// requiredPositive is int for a field that must be present and >= 1; the error names the first key.
-func (c hfConfig) requiredPositive(keys ...string) (int, error) {
-	v, ok, err := c.int(keys...)
+// hfInteger converts a decoded JSON number with no fraction to an int64, saturating integers beyond
+// its range (1e30) so that range checks reject them; ok is false for non-numbers and fractions.
+func hfInteger(v any) (n int64, ok bool) {
+	num, isNum := v.(json.Number)
+	if !isNum {
+		return 0, false
+	}
+	if i, err := num.Int64(); err == nil {
+		return i, true
+	}
+	f, err := strconv.ParseFloat(string(num), 64)
+	if err != nil && !(errors.Is(err, strconv.ErrRange) && math.IsInf(f, 0)) {
+		return 0, false
+	}
+	mantissa, _, _ := strings.Cut(strings.ToLower(string(num)), "e")
+	switch {
+	case f != math.Trunc(f):
+		return 0, false
+	case f == 0 && strings.Trim(mantissa, "-0.") != "":
+		return 0, false // 1e-400 underflows to 0 but is no integer
+	case f >= math.MaxInt64:
+		return math.MaxInt64, true
+	case f <= math.MinInt64:
+		return math.MinInt64, true
+	}
+	return int64(f), true
+}
+
+// required is int for a field that must be present; the error names every alias.
+func (c hfConfig) required(r hfRange, keys ...string) (int, error) {
+	v, ok, err := c.int(r, keys...)
 	switch {
 	case err != nil:
 		return 0, err
 	case !ok:
 		return 0, fmt.Errorf("gokv: config.json: %s is missing", strings.Join(keys, " / "))
-	case v < 1:
-		return 0, fmt.Errorf("gokv: config.json: %s %d must be >= 1", keys[0], v)
 	}
 	return v, nil
 }
@@ -362,14 +439,50 @@ func (c hfConfig) str(key string) (string, error) {
 	return s, nil
 }
 
-// hfShow renders a decoded JSON value for an error message, shortened to 60 bytes.
+// hfPrintable makes a string from the file safe to print as a name: every rune that is not printable
+// (control characters such as ESC, which would let the file drive the terminal, bidi overrides, invalid
+// UTF-8) becomes '?', and the result is cut to hfMaxNameRunes runes.
+func hfPrintable(s string) string {
+	var b strings.Builder
+	runes := 0
+	for _, r := range s {
+		if runes == hfMaxNameRunes {
+			b.WriteString("...")
+			break
+		}
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			r = '?'
+		}
+		b.WriteRune(r)
+		runes++
+	}
+	return b.String()
+}
+
+// hfShow renders a decoded JSON value for an error message, shortened to about 60 bytes. JSON escapes
+// the C0 controls; the other non-printable runes (DEL, C1 controls, bidi overrides) are escaped here
+// so that an error message cannot drive the terminal either.
 func hfShow(v any) string {
-	b, err := json.Marshal(v)
+	data, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Sprint(v)
+		data = []byte(fmt.Sprint(v))
 	}
-	if len(b) > 60 {
-		return string(b[:57]) + "..."
+	var b strings.Builder
+	for _, r := range string(data) {
+		if b.Len() >= 57 {
+			b.WriteString("...")
+			break
+		}
+		switch {
+		case r == utf8.RuneError:
+			b.WriteString(`\ufffd`)
+		case !unicode.IsPrint(r) && r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		case !unicode.IsPrint(r):
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			b.WriteRune(r)
+		}
 	}
-	return string(b)
+	return b.String()
 }

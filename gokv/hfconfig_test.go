@@ -1,10 +1,13 @@
 package gokv
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -178,6 +181,46 @@ func TestFromHFConfigErrors(t *testing.T) {
 		{"layer_types unknown", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":8,"layer_types":["full_attention","linear_attention"]}`, `layer_types[1] "linear_attention" is not supported`},
 		{"sliding without window", `{"num_hidden_layers":1,"num_attention_heads":4,"hidden_size":256,"layer_types":["sliding_attention"]}`, "layer_types[0] is sliding_attention but sliding_window is null"},
 		{"bad pattern", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":8,"sliding_window_pattern":0}`, "sliding_window_pattern 0"},
+
+		// Counts that would size allocations or overflow the C core's limits.
+		{"2^31-1 layers", `{"num_hidden_layers":2147483647,"num_attention_heads":32,"hidden_size":4096}`, "num_hidden_layers 2147483647 is more than the 4096 layers gokv supports"},
+		{"4097 layers", `{"n_layer":4097,"num_attention_heads":32,"hidden_size":4096}`, "n_layer 4097 is more than the 4096 layers"},
+		{"1e30 layers", `{"num_hidden_layers":1e30,"num_attention_heads":32,"hidden_size":4096}`, "num_hidden_layers 1e30 is more than the 4096 layers"},
+		{"2^64 layers", `{"num_hidden_layers":18446744073709551616,"num_attention_heads":32,"hidden_size":4096}`, "num_hidden_layers 18446744073709551616 is more than"},
+		{"negative layers", `{"num_hidden_layers":-1,"num_attention_heads":32,"hidden_size":4096}`, "num_hidden_layers -1 must be >= 1"},
+		{"query heads", `{"num_hidden_layers":2,"num_attention_heads":32768,"num_key_value_heads":8,"head_dim":128}`, "num_attention_heads 32768 is more than the 16384 query heads"},
+		{"kv heads", `{"num_hidden_layers":2,"num_attention_heads":4096,"num_key_value_heads":2048,"head_dim":128}`, "num_key_value_heads 2048 is more than the 1024 kv heads"},
+		{"zero kv heads", `{"num_hidden_layers":2,"num_attention_heads":32,"num_key_value_heads":0,"head_dim":128}`, "num_key_value_heads 0 must be >= 1"},
+		{"falcon kv heads", `{"num_hidden_layers":2,"num_attention_heads":4096,"num_kv_heads":4096,"new_decoder_architecture":true,"head_dim":64}`, "num_kv_heads 4096 is more than the 1024 kv heads"},
+		{"MHA beyond the kv limit", `{"num_hidden_layers":2,"num_attention_heads":2048,"head_dim":64}`, "num_attention_heads 2048 with no num_key_value_heads means as many kv heads (MHA), more than the 1024"},
+		{"head_dim", `{"num_hidden_layers":2,"num_attention_heads":8,"head_dim":2048}`, "head_dim 2048 is more than the 1024 dims"},
+		{"negative head_dim", `{"num_hidden_layers":2,"num_attention_heads":8,"head_dim":-128}`, "head_dim -128 must be >= 1"},
+		{"hidden_size / heads", `{"num_hidden_layers":2,"num_attention_heads":2,"hidden_size":1000000}`, "hidden_size 1000000 / num_attention_heads 2 is a head dim of 500000, more than the 1024 dims"},
+		{"negative hidden_size", `{"num_hidden_layers":2,"num_attention_heads":32,"hidden_size":-4096}`, "hidden_size -4096 must be >= 1"},
+		{"kv_lora_rank", `{"num_hidden_layers":2,"num_attention_heads":16,"kv_lora_rank":4096,"qk_rope_head_dim":64}`, "kv_lora_rank 4096 is more than the 1024 dims"},
+		{"negative rope", `{"num_hidden_layers":2,"num_attention_heads":16,"kv_lora_rank":512,"qk_rope_head_dim":-64}`, "qk_rope_head_dim -64 must be >= 0"},
+		{"latent", `{"num_hidden_layers":2,"num_attention_heads":16,"kv_lora_rank":1000,"qk_rope_head_dim":64}`, "kv_lora_rank 1000 + qk_rope_head_dim 64 is more than the 1024 dims"},
+		{"window beyond int32", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":1e12}`, "sliding_window 1e12 is more than the 2147483647 positions"},
+		{"positions beyond int32", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"max_position_embeddings":3000000000}`, "max_position_embeddings 3000000000 is more than the 2147483647 positions"},
+		{"pattern", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":8,"sliding_window_pattern":1000000}`, "sliding_window_pattern 1000000 is more than the 4096 layers"},
+		{"max_window_layers", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":8,"use_sliding_window":true,"max_window_layers":-1}`, "max_window_layers -1 must be >= 0"},
+		{"layer_types longer than the layers", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":8,"layer_types":["full_attention","full_attention","full_attention"]}`, "layer_types must be a list of 2 strings (one per layer), got 3 entries"},
+		{"layer_types not a list", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"layer_types":"full_attention"}`, `layer_types must be a list of 2 strings (one per layer), got "full_attention"`},
+
+		// Negative values are errors, not "absent".
+		{"negative sliding_window", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":-5}`, "sliding_window -5 must be >= 0 (0 or null: no sliding window)"},
+		{"negative max_position_embeddings", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"max_position_embeddings":-1}`, "max_position_embeddings -1 must be >= 0 (0 or null: unknown)"},
+		{"negative n_positions", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"n_positions":-2048}`, "n_positions -2048 must be >= 0"},
+		{"negative window with layer_types", `{"num_hidden_layers":1,"num_attention_heads":4,"hidden_size":256,"sliding_window":-1,"layer_types":["full_attention"]}`, "sliding_window -1 must be >= 0"},
+
+		// Values that are not integers, whatever their size.
+		{"tiny fraction", `{"num_hidden_layers":1e-400,"num_attention_heads":4,"hidden_size":256}`, "num_hidden_layers is 1e-400, want an integer"},
+		{"huge fraction", `{"num_hidden_layers":2.5e0,"num_attention_heads":4,"hidden_size":256}`, "num_hidden_layers is 2.5e0, want an integer"},
+		{"list", `{"num_hidden_layers":[32],"num_attention_heads":4,"hidden_size":256}`, "num_hidden_layers is [32], want an integer"},
+		{"object", `{"num_hidden_layers":{"n":32},"num_attention_heads":4,"hidden_size":256}`, `num_hidden_layers is {"n":32}, want an integer`},
+		{"bool", `{"num_hidden_layers":true,"num_attention_heads":4,"hidden_size":256}`, "num_hidden_layers is true, want an integer"},
+		{"deep nesting", strings.Repeat("[", 20000) + strings.Repeat("]", 20000), "invalid JSON"},
+		{"not JSON", "\x00\xff\xfe garbage", "invalid JSON"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,4 +252,122 @@ func TestLoadHFConfigPaths(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "num_attention_heads")
 	assert.Contains(t, err.Error(), bad, "the error names the file")
+}
+
+// 0 and null keep their documented meanings: no sliding window, unknown max positions.
+func TestFromHFConfigZeroAndNull(t *testing.T) {
+	tests := []struct {
+		name         string
+		json         string
+		window       int
+		maxPositions int
+	}{
+		{"absent", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256}`, 0, 0},
+		{"null", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":null,"max_position_embeddings":null}`, 0, 0},
+		{"zero", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":0,"max_position_embeddings":0}`, 0, 0},
+		{"set", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":512,"n_positions":2048}`, 512, 2048},
+		{"at the limits", `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"sliding_window":2147483647,"max_position_embeddings":2147483647.0}`, 2147483647, 2147483647},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, err := FromHFConfig(strings.NewReader(tt.json))
+			require.NoError(t, err)
+			assert.Equal(t, tt.window, spec.Layers[0].Window)
+			assert.Equal(t, tt.maxPositions, spec.MaxPositions)
+		})
+	}
+}
+
+// The largest geometry the limits allow still loads: they bound, they do not cut real models.
+func TestFromHFConfigAtTheLimits(t *testing.T) {
+	spec, err := FromHFConfig(strings.NewReader(`{"num_hidden_layers":4096,"num_attention_heads":16384,"num_key_value_heads":1024,"head_dim":1024}`))
+	require.NoError(t, err)
+	assert.Len(t, spec.Layers, 4096)
+	assert.Equal(t, AttentionLayer(16384, 1024, 1024), spec.Layers[0])
+
+	spec, err = FromHFConfig(strings.NewReader(`{"num_hidden_layers":1,"num_attention_heads":128,"kv_lora_rank":960,"qk_rope_head_dim":64}`))
+	require.NoError(t, err)
+	assert.Equal(t, MLALayer(128, 960, 64), spec.Layers[0])
+}
+
+// zeros is an endless reader, like /dev/zero.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func TestFromHFConfigSizeLimit(t *testing.T) {
+	valid := `{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256}`
+	tests := []struct {
+		name    string
+		r       io.Reader
+		mention string // "" when it must load
+	}{
+		{"1 MiB with padding", strings.NewReader(valid + strings.Repeat(" ", 1<<20-len(valid))), ""},
+		{"one byte more", strings.NewReader(valid + strings.Repeat(" ", 1<<20-len(valid)+1)), "config.json is larger than 1 MiB"},
+		{"endless", zeros{}, "config.json is larger than 1 MiB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			spec, err := FromHFConfig(tt.r)
+			if tt.mention == "" {
+				require.NoError(t, err)
+				assert.Len(t, spec.Layers, 2)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.mention)
+			assert.Less(t, time.Since(start), 10*time.Second, "fails fast")
+		})
+	}
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		_, err := LoadHFConfig("/dev/zero")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "larger than 1 MiB")
+		assert.Contains(t, err.Error(), "/dev/zero")
+	}
+}
+
+// A name from the file is printed by the CLI: nothing in it may drive the terminal.
+func TestFromHFConfigNameIsPrintable(t *testing.T) {
+	tests := []struct {
+		name string
+		json string // the _name_or_path / model_type fields
+		want string
+	}{
+		{"plain", `"_name_or_path":"meta-llama/Llama-3.1-8B"`, "meta-llama/Llama-3.1-8B"},
+		{"unicode letters stay", `"_name_or_path":"modèle/日本語"`, "modèle/日本語"},
+		{"ANSI colour", `"_name_or_path":"\u001b[31mred\u001b[0m"`, "?[31mred?[0m"},
+		{"OSC title and bell", `"_name_or_path":"\u001b]0;pwned\u0007"`, "?]0;pwned?"},
+		{"C1 CSI, DEL, newline", `"_name_or_path":"a\u009b2Jb\u007fc\nd\re"`, "a?2Jb?c?d?e"},
+		{"bidi override", `"_name_or_path":"abc\u202edef"`, "abc?def"},
+		{"invalid UTF-8", "\"_name_or_path\":\"a\xffb\"", "a?b"},
+		{"from model_type", `"model_type":"x\u001b[2Jy"`, "x?[2Jy"},
+		{"long", `"_name_or_path":"` + strings.Repeat("n", 1000) + `"`, strings.Repeat("n", 256) + "..."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, err := FromHFConfig(strings.NewReader(`{"num_hidden_layers":1,"num_attention_heads":4,"hidden_size":256,` + tt.json + `}`))
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, spec.Name)
+			for _, r := range spec.Name {
+				assert.True(t, unicode.IsPrint(r), "rune %U", r)
+			}
+		})
+	}
+}
+
+// Error messages quote values from the file; they must not carry control characters either.
+func TestFromHFConfigErrorsArePrintable(t *testing.T) {
+	for _, value := range []string{`"\u001b[2J"`, `"\u009b31m"`, `"\u007f"`, `"\u202e"`, `"` + strings.Repeat("é", 100) + `"`} {
+		_, err := FromHFConfig(strings.NewReader(`{"num_hidden_layers":` + value + `}`))
+		require.Error(t, err)
+		for _, r := range err.Error() {
+			assert.True(t, unicode.IsPrint(r), "rune %U in %q", r, err.Error())
+		}
+		assert.Contains(t, err.Error(), "num_hidden_layers is")
+	}
 }
