@@ -12,6 +12,15 @@ import (
 // planMaxContext is the largest context the planner considers: positions cross the C ABI as int32.
 const planMaxContext = math.MaxInt32
 
+// planMaxHeadsKV is the C core's limit on kv heads per pool (bridge/gokv_validate.c); it also keeps
+// PageBytes far from overflowing.
+const planMaxHeadsKV = 1024
+
+// SaturatedBytes is the byte count Plan reports for a figure too large for an int64 (more than 8 EiB,
+// e.g. 2^31 tokens x 2^20 sequences): products and sums saturate at it instead of wrapping around.
+// Every real allocation is a multiple of 64 bytes, so SaturatedBytes is never an exact count.
+const SaturatedBytes int64 = math.MaxInt64
+
 // PlanOptions configures Plan. The zero value plans f32 storage at context 0 with no memory budget.
 // Plan only reads it (LayerFormats included). All byte counts are in bytes; see ParseSize for "64GiB".
 type PlanOptions struct {
@@ -56,7 +65,8 @@ type LayerPlan struct {
 	// ResidualBytes is the KIVI fp16 residual ring of one sequence (Format.ResidualSlotBytes; 0 for
 	// other formats), counted separately from the pages.
 	ResidualBytes int64
-	// KVBytes is this layer's total over all sequences: Sequences * (Pages*PageBytes + ResidualBytes).
+	// KVBytes is this layer's total over all sequences: Sequences * (Pages*PageBytes + ResidualBytes),
+	// or SaturatedBytes when that is more than 8 EiB.
 	KVBytes int64
 }
 
@@ -68,7 +78,8 @@ type PlanResult struct {
 	Sequences int    // concurrent sequences (>= 1)
 	PageSize  int    // P used
 	Layers    []LayerPlan
-	// KVBytes is the whole KV cache at Context for all sequences: the sum of Layers[i].KVBytes.
+	// KVBytes is the whole KV cache at Context for all sequences: the sum of Layers[i].KVBytes, or
+	// SaturatedBytes when that is more than 8 EiB (Fits is then false).
 	KVBytes int64
 	// BytesPerToken is the sum of the layers' steady-state BytesPerToken: what one token costs in every
 	// layer that holds it (eq. 1 of Open-TQ-Metal divided by the context for uniform models).
@@ -84,7 +95,7 @@ type PlanResult struct {
 	// Fits reports KVBytes <= BudgetBytes (false when no budget was given).
 	Fits bool
 	// MaxContext is the largest context per sequence (all Sequences of it) whose KV cache fits in
-	// BudgetBytes; 0 when no budget was given or not even an empty cache fits. Pages are whole, so
+	// BudgetBytes; 0 when no budget was given or not even one token per sequence fits. Pages are whole, so
 	// without KIVI it is a multiple of PageSize.
 	MaxContext int
 	// MaxContextUnbounded reports that the cache at 2^31-1 tokens (the ABI's position limit) still fits:
@@ -141,6 +152,10 @@ func Plan(spec ModelSpec, opts PlanOptions) (PlanResult, error) {
 		if err := f.Validate(l.HeadDimK, l.HeadDimV); err != nil {
 			return PlanResult{}, fmt.Errorf("gokv: plan: layer %d (%s): %w", i, l, err)
 		}
+		if l.HeadsKV > planMaxHeadsKV {
+			return PlanResult{}, fmt.Errorf("gokv: plan: layer %d (%s): HeadsKV %d is more than the %d kv heads a pool accepts",
+				i, l, l.HeadsKV, planMaxHeadsKV)
+		}
 		if f.Kind.IsKIVI() && res.PageSize%f.Group != 0 {
 			return PlanResult{}, fmt.Errorf("gokv: plan: layer %d: PageSize %d is not a multiple of the group size of %s (KIVI quantizes keys %d tokens at a time)",
 				i, res.PageSize, f, f.Group)
@@ -161,11 +176,12 @@ func Plan(spec ModelSpec, opts PlanOptions) (PlanResult, error) {
 	if res.MemoryBytes == 0 {
 		return res, nil
 	}
-	res.BudgetBytes = res.MemoryBytes - res.WeightsBytes - res.OverheadBytes
-	if res.BudgetBytes < 0 {
+	// Compared before subtracting: memory - weights - overhead can wrap past -2^63 for huge inputs.
+	if planAddSat(res.WeightsBytes, res.OverheadBytes) > res.MemoryBytes {
 		return PlanResult{}, fmt.Errorf("gokv: plan: weights %s + overhead %s exceed the memory %s",
 			FormatSize(res.WeightsBytes), FormatSize(res.OverheadBytes), FormatSize(res.MemoryBytes))
 	}
+	res.BudgetBytes = res.MemoryBytes - res.WeightsBytes - res.OverheadBytes
 	res.Fits = res.KVBytes <= res.BudgetBytes
 	res.MaxContext, res.MaxContextUnbounded = planMaxFit(res.Layers, spec.SinkTokens, res.PageSize, res.Sequences, res.BudgetBytes)
 	return res, nil
@@ -205,8 +221,8 @@ func planFill(layers []LayerPlan, sinkTokens, pageSize, sequences, n int) int64 
 	return total
 }
 
-// planMulSat and planAddSat are a*b and a+b for non-negative operands, saturating at MaxInt64 so that
-// absurd plans compare as "does not fit" instead of wrapping around.
+// planMulSat and planAddSat are a*b and a+b for non-negative operands, saturating at SaturatedBytes so
+// that absurd plans compare as "does not fit" instead of wrapping around.
 func planMulSat(a, b int64) int64 {
 	if a != 0 && b > math.MaxInt64/a {
 		return math.MaxInt64
@@ -247,16 +263,22 @@ func planMaxFit(layers []LayerPlan, sinkTokens, pageSize, sequences int, budget 
 // parseSizeUnits maps the suffixes ParseSize accepts (lowercase) to their multipliers.
 var parseSizeUnits = map[string]int64{
 	"": 1, "b": 1,
-	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15, "eb": 1e18,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50, "eib": 1 << 60,
 }
+
+// parseSizeMaxDigits bounds the number's length: 8 EiB has 19 digits, so anything longer is either
+// too large or padded with zeros nobody types, and big.Rat's cost grows with the length.
+const parseSizeMaxDigits = 64
 
 // ParseSize parses a byte count: a non-negative decimal number with an optional unit, case-insensitive,
 // spaces allowed between them: "12345", "512B", "39.1GB" (GB = 10^9 bytes), "64GiB" (GiB = 2^30), and
-// likewise KB/KiB, MB/MiB, TB/TiB. Fractional results are rounded to the nearest byte. Note that Apple
-// and the Open-TQ-Metal paper write "GB" for what is 2^30 bytes (its 40 GB is eq. 1's 2^30-based
-// figure); pass GiB to mean that.
+// likewise KB/KiB, MB/MiB, TB/TiB, PB/PiB, EB/EiB (so FormatSize's output parses back). Fractional
+// results are rounded to the nearest byte; results above 2^63-1 bytes are errors, as are negative
+// numbers, exponents, NaN and Inf. Note that Apple and the Open-TQ-Metal paper write "GB" for what is
+// 2^30 bytes (its 40 GB is eq. 1's 2^30-based figure); pass GiB to mean that.
 func ParseSize(s string) (int64, error) {
+	const units = "B, KB, KiB, MB, MiB, GB, GiB, TB, TiB, PB, PiB, EB or EiB"
 	text := strings.TrimSpace(s)
 	end := 0
 	dots := 0
@@ -267,12 +289,25 @@ func ParseSize(s string) (int64, error) {
 		end++
 	}
 	number, unit := text[:end], strings.ToLower(strings.TrimSpace(text[end:]))
-	if number == "" || number == "." || dots > 1 {
-		return 0, fmt.Errorf("gokv: size %q: want a non-negative number with an optional unit (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)", s)
+	signless := strings.ToLower(strings.TrimLeft(text, "+"))
+	switch {
+	case text == "":
+		return 0, fmt.Errorf("gokv: size %q is empty: want a number with an optional unit (%s)", s, units)
+	case text[0] == '-':
+		return 0, fmt.Errorf("gokv: size %q is negative", s)
+	case number == "" && (strings.HasPrefix(signless, "nan") || strings.HasPrefix(signless, "inf")):
+		return 0, fmt.Errorf("gokv: size %q is not a finite number", s)
+	case number == "" || number == "." || dots > 1:
+		return 0, fmt.Errorf("gokv: size %q: want a non-negative decimal number with an optional unit (%s)", s, units)
+	case len(number) > parseSizeMaxDigits:
+		return 0, fmt.Errorf("gokv: size %q: the number has more than %d characters", s, parseSizeMaxDigits)
 	}
 	mult, ok := parseSizeUnits[unit]
+	if !ok && len(unit) > 1 && unit[0] == 'e' && strings.ContainsAny(unit[1:2], "+-0123456789") {
+		return 0, fmt.Errorf("gokv: size %q: exponents are not supported (write the digits, or a unit such as GB or GiB)", s)
+	}
 	if !ok {
-		return 0, fmt.Errorf("gokv: size %q: unknown unit %q (want B, KB, KiB, MB, MiB, GB, GiB, TB or TiB)", s, text[end:])
+		return 0, fmt.Errorf("gokv: size %q: unknown unit %q (want %s)", s, strings.TrimSpace(text[end:]), units)
 	}
 	r, ok := new(big.Rat).SetString(number)
 	if !ok {
@@ -283,7 +318,7 @@ func ParseSize(s string) (int64, error) {
 	r.Add(r, big.NewRat(1, 2))
 	q := new(big.Int).Quo(r.Num(), r.Denom())
 	if !q.IsInt64() {
-		return 0, fmt.Errorf("gokv: size %q: too large", s)
+		return 0, fmt.Errorf("gokv: size %q is too large: the most is %d bytes (8 EiB)", s, int64(math.MaxInt64))
 	}
 	return q.Int64(), nil
 }

@@ -2,6 +2,8 @@ package gokv
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -188,6 +190,11 @@ func TestPlanOptionErrors(t *testing.T) {
 		{"negative memory", PlanOptions{Format: f16, MemoryBytes: -1}, "must be >= 0"},
 		{"weights exceed memory", PlanOptions{Format: f16, MemoryBytes: 8 << 30, WeightsBytes: 16 << 30}, "weights 16 GiB + overhead 0 B exceed the memory 8 GiB"},
 		{"bad format", PlanOptions{Format: Format{Kind: Q4, Group: 48}}, "layer 0"},
+		{"context beyond int32", PlanOptions{Format: f16, Context: math.MaxInt32 + 1}, "Context 2147483648 is outside [0, 2147483647]"},
+		{"sequences beyond 2^20", PlanOptions{Format: f16, Sequences: 1<<20 + 1}, "Sequences 1048577 is outside [1, 1048576]"},
+		// memory - weights - overhead wraps past -2^63 to a positive "budget" if subtracted first.
+		{"weights and overhead wrap", PlanOptions{Format: f16, MemoryBytes: 1, WeightsBytes: math.MaxInt64, OverheadBytes: math.MaxInt64},
+			"weights 8 EiB + overhead 8 EiB exceed the memory 1 B"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -197,6 +204,49 @@ func TestPlanOptionErrors(t *testing.T) {
 	}
 	_, err = Plan(ModelSpec{Name: "empty"}, PlanOptions{})
 	assert.ErrorContains(t, err, "no layers")
+
+	// A hand-built spec beyond the C core's kv-head limit would overflow PageBytes.
+	_, err = Plan(ModelSpec{Name: "wide", Layers: []LayerSpec{AttentionLayer(1<<40, 1<<40, 128)}}, PlanOptions{Format: f16, Context: 1})
+	assert.ErrorContains(t, err, "HeadsKV 1099511627776 is more than the 1024 kv heads a pool accepts")
+}
+
+// Byte figures beyond an int64 saturate at SaturatedBytes in every layer and in the total, never wrap.
+func TestPlanSaturatesInsteadOfWrapping(t *testing.T) {
+	spec, err := Preset("llama-3.1-70b")
+	require.NoError(t, err)
+	tests := []struct {
+		name      string
+		opts      PlanOptions
+		saturated bool
+		layer     int64 // KVBytes of every layer (0: not checked)
+	}{
+		// One layer of one sequence: 2^25 pages of 256 KiB = 2^43 bytes.
+		{"2^31-1 tokens x 2^20 sequences", PlanOptions{Format: MustParseFormat("f16"), Context: math.MaxInt32, Sequences: 1 << 20, MemoryBytes: 64 << 30}, true, SaturatedBytes},
+		{"2^31-1 tokens x 2^19 sequences", PlanOptions{Format: MustParseFormat("f16"), Context: math.MaxInt32, Sequences: 1 << 19}, true, 1 << 62},
+		{"2^31-1 tokens x 1 sequence", PlanOptions{Format: MustParseFormat("f16"), Context: math.MaxInt32, Sequences: 1}, false, 1 << 43},
+		{"kivi2 at 2^31-1 tokens x 2^20 sequences", PlanOptions{Format: MustParseFormat("kivi2"), Context: math.MaxInt32, Sequences: 1 << 20}, true, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Plan(spec, tt.opts)
+			require.NoError(t, err)
+			var sum int64
+			for i, lp := range res.Layers {
+				assert.Positive(t, lp.KVBytes, "layer %d", i)
+				if tt.layer != 0 {
+					assert.Equal(t, tt.layer, lp.KVBytes, "layer %d", i)
+				}
+				sum = planAddSat(sum, lp.KVBytes)
+			}
+			assert.Equal(t, sum, res.KVBytes)
+			if tt.saturated {
+				assert.Equal(t, SaturatedBytes, res.KVBytes)
+				assert.False(t, res.Fits)
+			} else {
+				assert.Equal(t, tt.layer*80, res.KVBytes)
+			}
+		})
+	}
 }
 
 func TestPlanBudgetEdges(t *testing.T) {
@@ -248,6 +298,14 @@ func TestParseSize(t *testing.T) {
 		{"1TiB", 1 << 40},
 		{".5KiB", 512},
 		{"0.1GB", 100_000_000},
+		{"1PB", 1e15},
+		{"1 PiB", 1 << 50},
+		{"7EiB", 7 << 60},
+		{"7.99EiB", 9_211_842_821_808_707_338}, // 7.99 * 2^60 = ...338.24, rounded
+		{"9223372036854775807", math.MaxInt64},
+		{"0.4", 0},
+		{"0.5", 1},
+		{"000000000000000000000000000000000001", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -256,11 +314,40 @@ func TestParseSize(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
-	for _, bad := range []string{"", "GB", "-1GB", "1.2.3", "12 parsecs", "1e9", "1K", "9999999TiB", "."} {
-		t.Run("bad "+bad, func(t *testing.T) {
-			_, err := ParseSize(bad)
+	bad := []struct{ in, mention string }{
+		{"", "is empty"},
+		{"   ", "is empty"},
+		{"GB", "want a non-negative decimal number"},
+		{"-1GB", "is negative"},
+		{"-0", "is negative"},
+		{"+1GB", "want a non-negative decimal number"},
+		{"1.2.3", "want a non-negative decimal number"},
+		{".", "want a non-negative decimal number"},
+		{"NaN", "not a finite number"},
+		{"inf", "not a finite number"},
+		{"+Inf", "not a finite number"},
+		{"Infinity GB", "not a finite number"},
+		{"1e9", "exponents are not supported"},
+		{"1E+400", "exponents are not supported"},
+		{"12 parsecs", `unknown unit "parsecs"`},
+		{"1K", `unknown unit "K"`},
+		{"9999999TiB", "too large"},
+		{"8EiB", "too large"},
+		{"9223372036854775808", "too large"},
+		{"1" + strings.Repeat("0", 1000), "more than 64 characters"},
+		{"0." + strings.Repeat("0", 1000) + "1", "more than 64 characters"},
+		{"1\x1b[2J", `unknown unit "\x1b[2J"`},
+	}
+	for _, tt := range bad {
+		name := tt.in
+		if len(name) > 24 {
+			name = name[:24] + "..."
+		}
+		t.Run("bad "+name, func(t *testing.T) {
+			_, err := ParseSize(tt.in)
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), `"`+bad+`"`)
+			assert.Contains(t, err.Error(), strconv.Quote(tt.in), "the error quotes the input")
+			assert.Contains(t, err.Error(), tt.mention)
 		})
 	}
 }

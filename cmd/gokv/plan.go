@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -48,15 +49,18 @@ Example (Open-TQ-Metal's Llama 3.1 70B on a 64 GiB Mac):
 	return cmd
 }
 
-// planKind is one group of layers sharing geometry and format.
+// planKind is one group of layers sharing geometry and format. A byte figure too large for an int64
+// is gokv.SaturatedBytes with its *_saturated flag set: a lower bound, never a wrapped number.
 type planKind struct {
-	Layer         string  `json:"layer"`  // e.g. "GQA 64q/8kv d128"
-	Format        string  `json:"format"` // canonical, e.g. "q4:32"
-	Count         int     `json:"count"`  // layers of this kind
-	HeldTokens    int     `json:"held_tokens"`
-	BytesPerToken float64 `json:"bytes_per_token"` // per layer
-	LayerBytes    int64   `json:"layer_bytes"`     // one layer at the context, all sequences
-	Bytes         int64   `json:"bytes"`           // all layers of this kind
+	Layer               string  `json:"layer"`  // e.g. "GQA 64q/8kv d128"
+	Format              string  `json:"format"` // canonical, e.g. "q4:32"
+	Count               int     `json:"count"`  // layers of this kind
+	HeldTokens          int     `json:"held_tokens"`
+	BytesPerToken       float64 `json:"bytes_per_token"` // per layer
+	LayerBytes          int64   `json:"layer_bytes"`     // one layer at the context, all sequences
+	LayerBytesSaturated bool    `json:"layer_bytes_saturated,omitempty"`
+	Bytes               int64   `json:"bytes"` // all layers of this kind
+	BytesSaturated      bool    `json:"bytes_saturated,omitempty"`
 }
 
 // planReport is what `gokv plan --json` prints.
@@ -67,7 +71,8 @@ type planReport struct {
 	Sequences             int        `json:"sequences"`
 	PageSize              int        `json:"page_size"`
 	Layers                int        `json:"layers"`
-	Bytes                 int64      `json:"bytes"` // total KV bytes at context
+	Bytes                 int64      `json:"bytes"`                     // total KV bytes at context
+	BytesSaturated        bool       `json:"bytes_saturated,omitempty"` // Bytes is more than 8 EiB
 	BytesPerToken         float64    `json:"bytes_per_token"`
 	MarginalBytesPerToken float64    `json:"marginal_bytes_per_token"`
 	Kinds                 []planKind `json:"kinds"`
@@ -76,7 +81,7 @@ type planReport struct {
 	OverheadBytes         int64      `json:"overhead_bytes,omitempty"`
 	BudgetBytes           int64      `json:"budget_bytes,omitempty"`
 	Fits                  *bool      `json:"fits,omitempty"`
-	MaxContext            int        `json:"max_context"` // 0 without --memory
+	MaxContext            *int       `json:"max_context,omitempty"` // absent without --memory
 	MaxContextUnbounded   bool       `json:"max_context_unbounded,omitempty"`
 }
 
@@ -89,6 +94,14 @@ func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
 	format, err := gokv.ParseFormat(o.format)
 	if err != nil {
 		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--format: %w", err)
+	}
+	switch {
+	case o.context < 0 || o.context > math.MaxInt32:
+		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--context %d must be in [0, 2^31-1] (0: the model's max_position_embeddings, else 131072)", o.context)
+	case o.sequences < 1:
+		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--sequences %d must be >= 1", o.sequences)
+	case o.page < 0:
+		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--page-size %d must be a multiple of 8 in [8, 1024] (0: 64)", o.page)
 	}
 	opts := gokv.PlanOptions{Format: format, Context: o.context, Sequences: o.sequences, PageSize: o.page}
 	if opts.Context == 0 {
@@ -107,6 +120,14 @@ func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
 		if *s.dst, err = gokv.ParseSize(s.text); err != nil {
 			return planReport{}, gokv.PlanResult{}, fmt.Errorf("--%s: %w", s.flag, err)
 		}
+		// A size that rounds to 0 bytes would silently mean "not given" below. Only digits 1-9 make a
+		// size non-zero (no unit has a digit), so they tell a rounded-away size from a typed 0.
+		if *s.dst == 0 && strings.ContainsAny(s.text, "123456789") {
+			return planReport{}, gokv.PlanResult{}, fmt.Errorf("--%s %s is less than one byte", s.flag, s.text)
+		}
+	}
+	if o.memory != "" && opts.MemoryBytes == 0 {
+		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--memory %s must be at least one byte (leave it out for no budget)", o.memory)
 	}
 	if opts.MemoryBytes == 0 && (opts.WeightsBytes != 0 || opts.OverheadBytes != 0) {
 		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--weights and --overhead need --memory")
@@ -117,9 +138,8 @@ func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
 	}
 	rep := planReport{
 		Model: res.Model, Format: format.String(), Context: res.Context, Sequences: res.Sequences,
-		PageSize: res.PageSize, Layers: len(res.Layers), Bytes: res.KVBytes,
+		PageSize: res.PageSize, Layers: len(res.Layers), Bytes: res.KVBytes, BytesSaturated: res.KVBytes == gokv.SaturatedBytes,
 		BytesPerToken: res.BytesPerToken, MarginalBytesPerToken: res.MarginalBytesPerToken,
-		MaxContext: res.MaxContext, MaxContextUnbounded: res.MaxContextUnbounded,
 	}
 	if rep.Model == "" {
 		rep.Model = o.model
@@ -132,18 +152,41 @@ func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
 			i = len(rep.Kinds)
 			index[key] = i
 			rep.Kinds = append(rep.Kinds, planKind{Layer: lp.Layer.String(), Format: lp.Format.String(),
-				HeldTokens: lp.HeldTokens, BytesPerToken: lp.BytesPerToken, LayerBytes: lp.KVBytes})
+				HeldTokens: lp.HeldTokens, BytesPerToken: lp.BytesPerToken,
+				LayerBytes: lp.KVBytes, LayerBytesSaturated: lp.KVBytes == gokv.SaturatedBytes})
 		}
-		rep.Kinds[i].Count++
-		rep.Kinds[i].Bytes += lp.KVBytes
+		k := &rep.Kinds[i]
+		k.Count++
+		k.Bytes = planAddSaturating(k.Bytes, lp.KVBytes)
+		k.BytesSaturated = k.Bytes == gokv.SaturatedBytes
 	}
 	if opts.MemoryBytes > 0 {
 		rep.MemoryBytes, rep.WeightsBytes, rep.OverheadBytes = res.MemoryBytes, res.WeightsBytes, res.OverheadBytes
 		rep.BudgetBytes = res.BudgetBytes
 		fits := res.Fits
 		rep.Fits = &fits
+		maxContext := res.MaxContext
+		rep.MaxContext = &maxContext
+		rep.MaxContextUnbounded = res.MaxContextUnbounded
 	}
 	return rep, res, nil
+}
+
+// planAddSaturating is a+b for non-negative byte counts, stopping at gokv.SaturatedBytes as gokv.Plan's
+// own sums do, so a kind's total never wraps negative.
+func planAddSaturating(a, b int64) int64 {
+	if a > gokv.SaturatedBytes-b {
+		return gokv.SaturatedBytes
+	}
+	return a + b
+}
+
+// planSize renders a byte count of the report: FormatSize, or "more than 8 EiB" when saturated.
+func planSize(n int64) string {
+	if n == gokv.SaturatedBytes {
+		return "more than 8 EiB"
+	}
+	return gokv.FormatSize(n)
 }
 
 func runPlan(w io.Writer, o *planOpts) error {
@@ -166,13 +209,17 @@ func runPlan(w io.Writer, o *planOpts) error {
 	fmt.Fprintf(w, "  %-*s %6s %17s %12s %12s\n", width, "layer kind", "layers", "bytes/token/layer", "held tokens", "KV bytes")
 	for _, k := range rep.Kinds {
 		fmt.Fprintf(w, "  %-*s %6d %17.0f %12d %12s\n", width, k.Layer+" "+k.Format, k.Count, k.BytesPerToken, k.HeldTokens,
-			gokv.FormatSize(k.Bytes))
+			planSize(k.Bytes))
 	}
 	fmt.Fprintf(w, "\n  bytes per token (all layers): %.0f (%s)\n", rep.BytesPerToken, gokv.FormatSize(int64(rep.BytesPerToken+0.5)))
 	if rep.MarginalBytesPerToken != rep.BytesPerToken {
 		fmt.Fprintf(w, "  marginal bytes per token once windows are full: %.0f\n", rep.MarginalBytesPerToken)
 	}
-	fmt.Fprintf(w, "  KV cache at %d tokens%s: %d bytes (%s)\n", rep.Context, seqs, rep.Bytes, gokv.FormatSize(rep.Bytes))
+	if rep.BytesSaturated {
+		fmt.Fprintf(w, "  KV cache at %d tokens%s: more than %d bytes (8 EiB)\n", rep.Context, seqs, rep.Bytes)
+	} else {
+		fmt.Fprintf(w, "  KV cache at %d tokens%s: %d bytes (%s)\n", rep.Context, seqs, rep.Bytes, gokv.FormatSize(rep.Bytes))
+	}
 	if rep.Fits == nil {
 		return nil
 	}
@@ -186,10 +233,10 @@ func runPlan(w io.Writer, o *planOpts) error {
 	switch {
 	case rep.MaxContextUnbounded:
 		fmt.Fprintf(w, "  max context: unbounded by memory (every layer is windowed, or the budget is huge)\n")
-	case rep.MaxContext == 0:
-		fmt.Fprintf(w, "  max context: 0 (not even an empty cache fits)\n")
+	case *rep.MaxContext == 0:
+		fmt.Fprintf(w, "  max context: 0 (not even one token per sequence fits)\n")
 	default:
-		fmt.Fprintf(w, "  max context: %d tokens (%s)%s\n", rep.MaxContext, humanCount(rep.MaxContext), seqs)
+		fmt.Fprintf(w, "  max context: %d tokens (%s)%s\n", *rep.MaxContext, humanCount(*rep.MaxContext), seqs)
 	}
 	return nil
 }

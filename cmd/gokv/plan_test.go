@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,7 +37,7 @@ func TestPlanLlama70B(t *testing.T) {
 			assert.EqualValues(t, 131072, rep["context"])
 			assert.Equal(t, "llama-3.1-70b", rep["model"])
 			assert.Equal(t, c.wantFormatCanon, rep["format"])
-			assert.Contains(t, rep, "max_context")
+			assert.NotContains(t, rep, "max_context", "no --memory: no max context, not 0")
 
 			out.Reset()
 			root = newRootCmd(&out, &bytes.Buffer{})
@@ -91,6 +94,22 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "64XB"}, "--memory"},
 		{[]string{"plan", "--model", "llama-3.1-8b", "--weights", "10GB"}, "need --memory"},
 		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "8GB", "--weights", "10GB"}, "exceed"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "0.0000001"}, "--memory 0.0000001 is less than one byte"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "0.4B"}, "--memory 0.4B is less than one byte"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "0"}, "--memory 0 must be at least one byte"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "8GB", "--weights", "0.0000001"}, "--weights 0.0000001 is less than one byte"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "8GB", "--overhead", "0.1 B"}, "--overhead 0.1 B is less than one byte"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "-8GB"}, `size "-8GB" is negative`},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "NaN"}, "not a finite number"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "1e9"}, "exponents are not supported"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "99999999999999999999"}, "too large"},
+		// 7 EiB + 7 EiB wraps an int64: the check must not subtract its way to a positive budget.
+		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "1", "--weights", "7EiB", "--overhead", "7EiB"}, "exceed the memory 1 B"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--sequences", "0"}, "--sequences 0 must be >= 1"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--sequences", "-3"}, "--sequences -3 must be >= 1"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--context", "-5"}, "--context -5 must be in [0, 2^31-1]"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--context", "2147483648"}, "--context 2147483648 must be in [0, 2^31-1]"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--page-size", "-8"}, "--page-size -8 must be a multiple of 8"},
 	} {
 		root := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
 		root.SetArgs(c.args)
@@ -98,4 +117,82 @@ func TestPlanErrors(t *testing.T) {
 		require.Error(t, err, "%v", c.args)
 		assert.Contains(t, err.Error(), c.contains)
 	}
+}
+
+// Figures beyond an int64 saturate and say so; no byte count may wrap negative, in text or JSON.
+func TestPlanSaturatedBytes(t *testing.T) {
+	args := []string{"plan", "--model", "llama-3.1-70b", "--context", "2147483647", "--sequences", "1048576", "--memory", "64GiB"}
+
+	var out bytes.Buffer
+	root := newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs(append(args, "--json"))
+	require.NoError(t, root.Execute())
+	var rep planReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	assert.Equal(t, int64(math.MaxInt64), rep.Bytes)
+	assert.True(t, rep.BytesSaturated)
+	require.Len(t, rep.Kinds, 1)
+	assert.Equal(t, int64(math.MaxInt64), rep.Kinds[0].Bytes)
+	assert.True(t, rep.Kinds[0].BytesSaturated)
+	assert.True(t, rep.Kinds[0].LayerBytesSaturated)
+	require.NotNil(t, rep.Fits)
+	assert.False(t, *rep.Fits)
+	require.NotNil(t, rep.MaxContext)
+	assert.Zero(t, *rep.MaxContext, "one page per layer of 2^20 sequences is 20 TiB")
+
+	out.Reset()
+	root = newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs(args)
+	require.NoError(t, root.Execute())
+	text := out.String()
+	assert.Contains(t, text, "more than 8 EiB")
+	assert.Contains(t, text, "more than 9223372036854775807 bytes (8 EiB)")
+	assert.NotContains(t, text, "-80")
+	assert.Contains(t, text, "max context: 0 (not even one token per sequence fits)")
+
+	// Far-but-representable figures stay exact: 2 sequences x 32 layers x 2^25 pages x 256 KiB = 512 TiB.
+	out.Reset()
+	root = newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs([]string{"plan", "--model", "llama-3.1-8b", "--context", "2147483647", "--sequences", "2", "--json"})
+	require.NoError(t, root.Execute())
+	rep = planReport{}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	assert.False(t, rep.BytesSaturated)
+	assert.Equal(t, int64(2*32*(1<<25)*(256<<10)), rep.Bytes)
+}
+
+// A name from a config.json cannot drive the terminal: escapes and control characters print as '?'.
+func TestPlanConfigNameIsSanitized(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.json")
+	config := `{"model_type":"llama","num_hidden_layers":2,"num_attention_heads":8,"hidden_size":1024,` +
+		`"_name_or_path":"\u001b]0;pwned\u0007\u001b[2J\u009b31mred\u202e"}`
+	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
+	for _, asJSON := range []bool{false, true} {
+		var out bytes.Buffer
+		root := newRootCmd(&out, &bytes.Buffer{})
+		args := []string{"plan", "--model", path, "--context", "1024"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		root.SetArgs(args)
+		require.NoError(t, root.Execute())
+		assert.NotContains(t, out.String(), "\x1b")
+		assert.NotContains(t, out.String(), "\u009b")
+		assert.NotContains(t, out.String(), "\u202e")
+		assert.NotContains(t, out.String(), "\a")
+		assert.Contains(t, out.String(), "?]0;pwned??[2J?31mred?")
+	}
+}
+
+// A file that never ends (/dev/zero) fails at the size limit instead of reading forever.
+func TestPlanModelDevZero(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero")
+	}
+	root := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
+	root.SetArgs([]string{"plan", "--model", "/dev/zero"})
+	err := root.Execute()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "larger than 1 MiB")
+	assert.Contains(t, err.Error(), "/dev/zero")
 }
