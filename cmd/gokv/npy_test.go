@@ -266,12 +266,12 @@ func TestWriteNPYRoundTrip(t *testing.T) {
 	assert.ErrorContains(t, err, "5 values do not fill shape (2, 3)")
 }
 
-// npyErrorForms are the phrases every readNPY error on a file that exists carries, after its path.
+// npyErrorForms are how every readNPY error on an existing file goes on after its path.
 var npyErrorForms = []string{
 	": not a readable .npy file: ",
 	": array is in Fortran order",
 	": dtype ",
-	" elements, more than the ",
+	": shape ", // has more elements than gokv reads
 }
 
 func FuzzReadNPY(f *testing.F) {
@@ -288,8 +288,10 @@ func FuzzReadNPY(f *testing.F) {
 	for _, c := range badNPYFiles {
 		f.Add(c.file)
 	}
+	// One path for every input: a fuzz worker runs its inputs one at a time.
+	path := filepath.Join(f.TempDir(), "f.npy")
 	f.Fuzz(func(t *testing.T, file []byte) {
-		path := writeTemp(t, "f.npy", file)
+		require.NoError(t, os.WriteFile(path, file, 0o644))
 		var got tensor
 		var err error
 		allocated := bytesAllocated(func() { got, err = readNPY(path) })
@@ -299,7 +301,7 @@ func FuzzReadNPY(f *testing.F) {
 			msg := err.Error()
 			require.True(t, strings.HasPrefix(msg, path), "error does not name the file: %s", msg)
 			for _, form := range npyErrorForms {
-				if strings.HasPrefix(msg[len(path):], form) || strings.Contains(msg, form) && form == npyErrorForms[3] {
+				if strings.HasPrefix(msg[len(path):], form) {
 					return
 				}
 			}
