@@ -218,6 +218,9 @@ type attendSummary struct {
 }
 
 func runAttend(w io.Writer, o *attendOpts) error {
+	if err := checkOutputPath("--out", o.out); err != nil {
+		return err
+	}
 	format, err := gokv.ParseFormat(o.format)
 	if err != nil {
 		return fmt.Errorf("--format: %w", err)

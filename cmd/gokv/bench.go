@@ -49,6 +49,9 @@ func newBenchCmd(g *globalOpts) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.quiet = g.quiet
+			if readMiB < 1 || readMiB > 1<<16 {
+				return fmt.Errorf("--read-mib %d must be in [1, 65536] (MiB of the read-bandwidth buffer)", readMiB)
+			}
 			o.readBytes = int64(readMiB) << 20
 			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},

@@ -117,6 +117,11 @@ const demoNotRun = "perplexity and token match need a trained model and real tex
 
 func runDemo(stdout, stderr io.Writer, o *demoOpts) error {
 	start := time.Now()
+	if !o.noPlot {
+		if err := checkOutputPath("--plot", o.plot); err != nil {
+			return err
+		}
+	}
 	full, err := loadModel(o.model)
 	if err != nil {
 		return err

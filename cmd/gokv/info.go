@@ -21,7 +21,8 @@ type deviceReport struct {
 	Backend      string   `json:"backend"`
 	Name         string   `json:"name,omitempty"`
 	MemoryBytes  uint64   `json:"memory_bytes,omitempty"`
-	SubgroupSize int      `json:"subgroup_size,omitempty"`
+	SubgroupSize int      `json:"subgroup_size,omitempty"` // GPUs
+	SIMDWidth    int      `json:"simd_width,omitempty"`    // CPU: floats per vector of the kernels in force
 	Features     string   `json:"features,omitempty"`
 	Threads      int      `json:"threads,omitempty"`
 	Caps         []string `json:"caps,omitempty"`
@@ -77,7 +78,11 @@ func runInfo(w io.Writer, o *infoOpts) error {
 		}
 		fmt.Fprintf(w, "  device:        %s\n", d.Name)
 		fmt.Fprintf(w, "  memory:        %s\n", gokv.FormatSize(int64(d.MemoryBytes)))
-		fmt.Fprintf(w, "  subgroup size: %d\n", d.SubgroupSize)
+		if d.SIMDWidth > 0 {
+			fmt.Fprintf(w, "  SIMD width:    %d floats\n", d.SIMDWidth)
+		} else {
+			fmt.Fprintf(w, "  subgroup size: %d\n", d.SubgroupSize)
+		}
 		if d.Features != "" {
 			fmt.Fprintf(w, "  features:      %s\n", d.Features)
 		}
@@ -102,6 +107,9 @@ func probeBackend(backend string, threads int) deviceReport {
 		return rep
 	}
 	rep.Name, rep.MemoryBytes, rep.SubgroupSize = info.Name, info.MemoryBytes, info.SubgroupSize
+	if backend == "cpu" { // a CPU has no subgroups; the field carries its SIMD width
+		rep.SIMDWidth, rep.SubgroupSize = info.SubgroupSize, 0
+	}
 	rep.Features, rep.Threads = info.Features, info.Threads
 	for _, c := range capNames {
 		if info.Caps.Has(c.cap) {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -24,9 +25,16 @@ import (
 
 func main() {
 	if err := newRootCmd(os.Stdout, os.Stderr).Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "gokv:", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(1)
 	}
+}
+
+// errorLine is how a failed command reports: "gokv: " once, although the library's errors carry that
+// prefix too and the flags' messages wrap them ("--format: gokv: ParseFormat: ...").
+func errorLine(err error) string {
+	msg := strings.ReplaceAll(err.Error(), ": gokv: ", ": ")
+	return "gokv: " + strings.TrimPrefix(msg, "gokv: ")
 }
 
 // globalOpts are the flags every subcommand shares.

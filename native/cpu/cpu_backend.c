@@ -114,9 +114,18 @@ static int32_t online_cpus(void) {
     return n > 0 ? (int32_t)n : 1;
 }
 
+static void cpu_model_name(char *out, size_t cap);
+
 static gokv_status cpu_device_open(const gokv_device_desc *desc, void **impl) {
     if (desc->device_index > 0)
         return gokv_set_error(GOKV_ENODEV, "gokv_device_open: cpu has one device (index 0), asked for %d", desc->device_index);
+    if (desc->device_name && desc->device_name[0]) { /* as Vulkan: a substring of the device's name */
+        char model[256];
+        cpu_model_name(model, sizeof model);
+        if (!strstr(model, desc->device_name) && strcmp(desc->device_name, "cpu") != 0)
+            return gokv_set_error(GOKV_ENODEV, "gokv_device_open: cpu: no device named like \"%s\" (the one device: %s)",
+                                  desc->device_name, model);
+    }
     cpu_device *dev = calloc(1, sizeof *dev);
     if (!dev) return gokv_set_error(GOKV_ENOMEM, "gokv_device_open: cannot allocate the cpu device");
     dev->n_threads = desc->n_threads > 0 ? desc->n_threads : online_cpus();

@@ -99,7 +99,14 @@ TEST(DeviceValidation, RejectsBadDescriptors) {
     bad.backend = "cpu";
     bad.n_threads = -1;
     expect_error(gokv_device_open(&bad, &dev), GOKV_EINVAL, "n_threads", "negative n_threads");
+    bad.n_threads = 1;
+    bad.device_name = "no such processor";
+    expect_error(gokv_device_open(&bad, &dev), GOKV_ENODEV, "no such processor", "cpu device name that matches nothing");
     EXPECT_EQ(dev, nullptr);
+    bad.device_name = "cpu"; /* the backend's own name picks its one device */
+    ASSERT_EQ(gokv_device_open(&bad, &dev), GOKV_OK) << gokv_last_error();
+    gokv_device_close(dev);
+    dev = nullptr;
     /* auto picks a vendor module if any, else the CPU */
     gokv_device_desc a = d;
     a.backend = "auto";
