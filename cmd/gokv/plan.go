@@ -98,8 +98,8 @@ func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
 	switch {
 	case o.context < 0 || o.context > math.MaxInt32:
 		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--context %d must be in [0, 2^31-1] (0: the model's max_position_embeddings, else 131072)", o.context)
-	case o.sequences < 1:
-		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--sequences %d must be >= 1", o.sequences)
+	case o.sequences < 1 || o.sequences > 1<<20:
+		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--sequences %d must be in [1, 1048576]", o.sequences)
 	case o.page < 0:
 		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--page-size %d must be a multiple of 8 in [8, 1024] (0: 64)", o.page)
 	}

@@ -105,8 +105,9 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "99999999999999999999"}, "too large"},
 		// 7 EiB + 7 EiB wraps an int64: the check must not subtract its way to a positive budget.
 		{[]string{"plan", "--model", "llama-3.1-8b", "--memory", "1", "--weights", "7EiB", "--overhead", "7EiB"}, "exceed the memory 1 B"},
-		{[]string{"plan", "--model", "llama-3.1-8b", "--sequences", "0"}, "--sequences 0 must be >= 1"},
-		{[]string{"plan", "--model", "llama-3.1-8b", "--sequences", "-3"}, "--sequences -3 must be >= 1"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--sequences", "0"}, "--sequences 0 must be in [1, 1048576]"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--sequences", "-3"}, "--sequences -3 must be in [1, 1048576]"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--sequences", "1048577"}, "--sequences 1048577 must be in [1, 1048576]"},
 		{[]string{"plan", "--model", "llama-3.1-8b", "--context", "-5"}, "--context -5 must be in [0, 2^31-1]"},
 		{[]string{"plan", "--model", "llama-3.1-8b", "--context", "2147483648"}, "--context 2147483648 must be in [0, 2^31-1]"},
 		{[]string{"plan", "--model", "llama-3.1-8b", "--page-size", "-8"}, "--page-size -8 must be a multiple of 8"},
