@@ -2,6 +2,7 @@ package llama
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -55,6 +56,11 @@ func loadWeights(path string, c Config) (*weights, error) {
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
+	return parseWeights(path, data, c)
+}
+
+// parseWeights takes the tensors out of a safetensors file's bytes; path is for the errors.
+func parseWeights(path string, data []byte, c Config) (*weights, error) {
 	if len(data) < 8 {
 		return nil, fmt.Errorf("llama: %s: %d bytes: truncated (a safetensors file starts with an 8-byte header length)", path, len(data))
 	}
@@ -63,7 +69,10 @@ func loadWeights(path string, c Config) (*weights, error) {
 	}
 	file, err := safetensors.Deserialize(data)
 	if err != nil {
-		return nil, fmt.Errorf("llama: %s: not a valid safetensors file (truncated or corrupt): %w", path, err)
+		if have, claimed, ok := dataSizes(data); ok && claimed > have {
+			return nil, fmt.Errorf("llama: %s: truncated: the header places tensor data up to byte %d after it, the file has %d", path, claimed, have)
+		}
+		return nil, fmt.Errorf("llama: %s: not a valid safetensors file (corrupt header or data): %w", path, err)
 	}
 	r := tensorReader{path: path, file: file}
 	w := &weights{}
@@ -155,6 +164,23 @@ func (r *tensorReader) tensor(name string, shape ...int) []float32 {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 	}
 	return out
+}
+
+// dataSizes returns the bytes of tensor data after a safetensors header and the largest end offset the
+// header claims, to tell a truncated file from a corrupt one; ok is false when the header does not parse.
+// The caller has checked that the header lies within data.
+func dataSizes(data []byte) (have, claimed uint64, ok bool) {
+	n := binary.LittleEndian.Uint64(data)
+	var header map[string]struct {
+		DataOffsets [2]uint64 `json:"data_offsets"`
+	}
+	if json.Unmarshal(data[8:8+n], &header) != nil {
+		return 0, 0, false
+	}
+	for _, t := range header {
+		claimed = max(claimed, t.DataOffsets[1])
+	}
+	return uint64(len(data)) - 8 - n, claimed, true
 }
 
 func product(xs []int) int {
