@@ -5,9 +5,12 @@
 //	gokv attend   attention over K/V read from .npy files, stored through a chosen format
 //	gokv bench    decode (and prefill) attention speed per format and context, against the machine's floor
 //	gokv demo     long-context decode on a model's shape through the cache API, f16 vs q4 vs kivi2
+//	gokv eval     bits per byte, agreement with f32 and speed of each format on a real byte-level Llama
+//	gokv generate a byte-level Llama's continuation of a prompt, through a cache in a chosen format
 //
 // Every subcommand prints human-readable text by default and JSON with --json. Logs (and the progress
-// bars of bench and demo) go to stderr, results to stdout.
+// bars of bench, demo and eval) go to stderr, results to stdout; generate streams its text to stdout and
+// ends with a stats line on stderr.
 package main
 
 import (
@@ -65,7 +68,7 @@ full-precision recent tokens, default 128).`,
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "no progress bars")
-	root.AddCommand(newInfoCmd(g), newPlanCmd(g), newAttendCmd(g), newBenchCmd(g), newDemoCmd(g))
+	root.AddCommand(newInfoCmd(g), newPlanCmd(g), newAttendCmd(g), newBenchCmd(g), newDemoCmd(g), newEvalCmd(g), newGenerateCmd(g))
 	return root
 }
 

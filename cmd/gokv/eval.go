@@ -1,0 +1,586 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/gokv/gokv/gokv"
+	"github.com/gokv/gokv/internal/llama"
+)
+
+type evalOpts struct {
+	models, text, formats, evictions, backend, plot string
+	context, prefill, sequences, greedyTokens       int
+	threads                                         int
+	json, quiet                                     bool
+}
+
+func newEvalCmd(g *globalOpts) *cobra.Command {
+	o := &evalOpts{}
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "Quality and speed of each KV format on a real byte-level Llama model and held-out text",
+		Long: `eval runs a byte-level Llama model (a directory with config.json and model.safetensors; ids 0-255
+are bytes, bos_token_id starts every sequence) over held-out text, with every attention through a gokv
+cache in each format and eviction policy, and compares it with the f32 full-cache run.
+
+Text: --sequences K sequences of --context N tokens each. Sequence i is BOS followed by bytes
+[i(N-1), (i+1)(N-1)) of --text: the file's first K consecutive chunks of N-1 bytes, so the file needs at
+least K(N-1) bytes. Each sequence's first --prefill P tokens go in one prefill step (with attention, and
+its logits scored too), the rest one token a step, teacher-forced; the K sequences share every step.
+Every byte is scored: K(N-1) positions per run.
+
+Columns, per (model, format, eviction):
+  bits/byte    mean -log2 p(next byte) over the scored positions
+  top1         fraction of positions whose argmax equals the f32 full-cache run's
+  KL mean/p99  KL(f32 full || this) per position in nats: mean and 99th percentile (nearest rank)
+  greedy       greedy continuation of BOS + the text's first 64 bytes: the number of generated tokens
+               equal to the f32 full-cache continuation's, counted up to the first mismatch, out of
+               --greedy-tokens (bytes only: BOS is never chosen)
+  KV bytes     Cache.Stats().BytesUsed after the last decode step: all K sequences, every layer
+  ms/token     decode steps' wall time per decoded token (K tokens a step): the whole model
+  attn ms/tok  of which inside Step.Layer (storing K/V and attention, all layers)
+
+The f32 full-cache run is always made first, as the reference; it gets a row when f32 and none are
+listed. --context defaults to the model's max_position_embeddings; a longer context is refused unless
+every --eviction is a sinkwindow whose sinks plus window fit in it (a warning says that positions then
+pass the trained range: RoPE scores depend on the distance between tokens, which the window bounds, but
+the sink tokens are seen from further away than in training).
+
+Evictions: none, or sinkwindow:S:W (keep the first S and the last W positions, StreamingLLM).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.quiet = g.quiet
+			return runEval(cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.models, "model", "", "model directory (config.json + model.safetensors); several, comma-separated")
+	f.StringVar(&o.text, "text", "", "held-out text file (bytes)")
+	f.StringVar(&o.formats, "formats", "f32,f16,q8,q4:32,kivi4,kivi2", "KV formats, comma-separated")
+	f.StringVar(&o.evictions, "eviction", "none", "eviction policies, comma-separated: none, sinkwindow:S:W")
+	f.IntVar(&o.context, "context", 0, "tokens per sequence, BOS included (0: the model's max_position_embeddings)")
+	f.IntVar(&o.prefill, "prefill", 64, "tokens of each sequence prefilled in one step, in [1, context-1]")
+	f.IntVar(&o.sequences, "sequences", 4, "sequences, decoded as one batch")
+	f.IntVar(&o.greedyTokens, "greedy-tokens", 64, "tokens of the greedy continuation compared with f32's (0: none)")
+	f.StringVar(&o.backend, "backend", "auto", "backend: cpu, vulkan, metal, sycl or auto")
+	f.IntVar(&o.threads, "threads", 0, "CPU worker threads (0: all online CPUs)")
+	f.BoolVar(&o.json, "json", false, "one JSON object per row")
+	f.StringVar(&o.plot, "plot", "", "PNG plot of bits per byte against position, one line per run")
+	return cmd
+}
+
+// evalGreedyPrompt is how many bytes of the text follow BOS in the greedy continuation's prompt.
+const evalGreedyPrompt = 64
+
+// evalMaxBaselineBytes bounds the reference run's kept log-probabilities (K·(N-1)·vocab float32).
+const evalMaxBaselineBytes = 4 << 30
+
+// evalRow is one (model, format, eviction) result.
+type evalRow struct {
+	Model          string  `json:"model"`
+	Format         string  `json:"format"`
+	Eviction       string  `json:"eviction"`
+	Backend        string  `json:"backend"`
+	Context        int     `json:"context"`
+	Sequences      int     `json:"sequences"`
+	Prefill        int     `json:"prefill"`
+	Tokens         int     `json:"tokens"` // scored positions
+	BitsPerByte    float64 `json:"bits_per_byte"`
+	Top1Agree      float64 `json:"top1_agree"`
+	KLMean         float64 `json:"kl_mean"`
+	KLP99          float64 `json:"kl_p99"`
+	GreedyMatch    int     `json:"greedy_match"`
+	GreedyTokens   int     `json:"greedy_tokens"`
+	KVBytes        uint64  `json:"kv_bytes"`
+	MsPerToken     float64 `json:"ms_per_token"`
+	AttnMsPerToken float64 `json:"attn_ms_per_token"`
+
+	curve []float64 // bits at each predicted position 1..N-1, mean over the sequences (the plot)
+}
+
+// evalEviction is one --eviction entry.
+type evalEviction struct {
+	name string
+	sw   *gokv.SinkWindow // nil: keep everything
+}
+
+// parseEvictions parses "none" and "sinkwindow:S:W" entries, comma-separated.
+func parseEvictions(list string) ([]evalEviction, error) {
+	var out []evalEviction
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		ev, err := parseEviction(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--eviction: no policy in %q", list)
+	}
+	return out, nil
+}
+
+func parseEviction(s string) (evalEviction, error) {
+	if strings.EqualFold(s, "none") {
+		return evalEviction{name: "none"}, nil
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 || !strings.EqualFold(parts[0], "sinkwindow") {
+		return evalEviction{}, fmt.Errorf("--eviction %q: want none or sinkwindow:S:W", s)
+	}
+	sinks, err1 := strconv.Atoi(parts[1])
+	window, err2 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil || sinks < 0 || window < 1 || sinks > math.MaxInt32 || window > math.MaxInt32 {
+		return evalEviction{}, fmt.Errorf("--eviction %q: sinks S must be >= 0 and window W >= 1 (integers)", s)
+	}
+	return evalEviction{name: fmt.Sprintf("sinkwindow:%d:%d", sinks, window), sw: &gokv.SinkWindow{Sinks: sinks, Window: window}}, nil
+}
+
+// checkPositions applies the context rule of eval and generate: n positions fit the model's trained
+// context, or every eviction keeps sinks + window inside it (then it returns a warning to log).
+func checkPositions(flag string, n, maxPos int, evs []evalEviction) (warning string, err error) {
+	if n <= maxPos {
+		return "", nil
+	}
+	for _, ev := range evs {
+		if ev.sw == nil || ev.sw.Sinks+ev.sw.Window > maxPos {
+			return "", fmt.Errorf("%s: %d positions pass the model's max_position_embeddings %d; allowed only when every --eviction is a sinkwindow:S:W with S + W <= %d (%s is not)",
+				flag, n, maxPos, maxPos, ev.name)
+		}
+	}
+	return fmt.Sprintf("%d positions pass the trained %d: the window keeps token distances within it, but the sink tokens are seen from further than in training", n, maxPos), nil
+}
+
+// loadByteModel loads a model directory for eval and generate, which feed bytes as ids 0-255.
+func loadByteModel(dir string) (*llama.Model, error) {
+	if dir == "" {
+		return nil, errors.New("--model is required: a directory with config.json and model.safetensors")
+	}
+	m, err := llama.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--model %s: %w", dir, err)
+	}
+	if c := m.Config; c.VocabSize < 256 || c.BOS < 256 {
+		return nil, fmt.Errorf("--model %s: vocab_size %d with bos_token_id %d is not a byte vocabulary (ids 0-255 bytes, BOS above them)",
+			dir, c.VocabSize, c.BOS)
+	}
+	return m, nil
+}
+
+// openModelCache makes a cache in format f under eviction ev for maxSeqs sequences of up to seqTokens
+// tokens, each step appending up to stepTokens tokens to one sequence.
+func openModelCache(eng *gokv.Engine, m *llama.Model, f gokv.Format, ev *gokv.SinkWindow, maxSeqs, seqTokens, stepTokens int) (*gokv.Cache, error) {
+	page := pageSizeFor(f)
+	perSeq := (seqTokens + page - 1) / page * page
+	return m.NewCache(eng, gokv.CacheOptions{Format: f, Eviction: ev, PageSize: page, MaxSequences: maxSeqs,
+		MaxTokens: maxSeqs*perSeq + page, MaxStepTokens: max(stepTokens*maxSeqs, gokv.DefaultMaxStepTokens)})
+}
+
+// evalRun is what one (format, eviction) run keeps beyond its row: the reference run's log-probs and
+// argmaxes, and the greedy continuation.
+type evalRun struct {
+	row     evalRow
+	logp    [][]float32 // reference only: [sequence][(N-1)·V] log-probabilities
+	argmax  [][]int     // [sequence][N-1]
+	kl      []float64
+	greedy  []int
+	attnDur time.Duration
+	stepDur time.Duration
+	decoded int
+}
+
+func runEval(stdout, stderr io.Writer, o *evalOpts) error {
+	if o.plot != "" {
+		if err := checkOutputPath("--plot", o.plot); err != nil {
+			return err
+		}
+	}
+	formats, err := parseFormats(o.formats)
+	if err != nil {
+		return fmt.Errorf("--formats: %w", err)
+	}
+	evictions, err := parseEvictions(o.evictions)
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.sequences < 1 || o.sequences > 1024:
+		return fmt.Errorf("--sequences %d must be in [1, 1024]", o.sequences)
+	case o.greedyTokens < 0 || o.greedyTokens > 1<<16:
+		return fmt.Errorf("--greedy-tokens %d must be in [0, 65536]", o.greedyTokens)
+	case o.context < 0 || o.context > 1<<24:
+		return fmt.Errorf("--context %d must be in [2, 16777216], or 0 for the model's max_position_embeddings", o.context)
+	case o.text == "":
+		return errors.New("--text is required: a held-out text file")
+	}
+	var models []*llama.Model
+	for _, dir := range strings.Split(o.models, ",") {
+		if dir = strings.TrimSpace(dir); dir == "" {
+			continue
+		}
+		m, err := loadByteModel(dir)
+		if err != nil {
+			return err
+		}
+		models = append(models, m)
+	}
+	if len(models) == 0 {
+		_, err := loadByteModel("")
+		return err
+	}
+	text, err := os.ReadFile(o.text)
+	if err != nil {
+		return fmt.Errorf("--text: %w", err)
+	}
+	eng, err := gokv.Open(gokv.WithBackend(o.backend), gokv.WithThreads(o.threads), gokv.WithLogger(logger))
+	if err != nil {
+		return fmt.Errorf("--backend %s: %w", o.backend, err)
+	}
+	defer eng.Close()
+	info, err := eng.Info()
+	if err != nil {
+		return err
+	}
+
+	var rows []evalRow
+	for _, m := range models {
+		plan, err := newEvalPlan(o, m, text, formats, evictions)
+		if err != nil {
+			return err
+		}
+		bar := newProgress(stderr, o.quiet, plan.work(), "eval "+m.Name)
+		got, err := plan.run(eng, info.Backend, bar)
+		bar.Finish()
+		if err != nil {
+			return err
+		}
+		rows = append(rows, got...)
+	}
+	if o.plot != "" {
+		if err := writeEvalPlot(o.plot, rows); err != nil {
+			return err
+		}
+	}
+	if o.json {
+		for _, r := range rows {
+			if err := writeJSON(stdout, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	printEval(stdout, o, rows)
+	if o.plot != "" {
+		fmt.Fprintf(stdout, "plot: %s\n", o.plot)
+	}
+	return nil
+}
+
+// evalPlan is one model's eval: its sequences, the runs to make, and the reference.
+type evalPlan struct {
+	m         *llama.Model
+	n, p, k   int
+	seqs      [][]int // [K][N] token ids
+	prompt    []int   // the greedy prompt
+	greedy    int
+	formats   []gokv.Format
+	evictions []evalEviction
+}
+
+func newEvalPlan(o *evalOpts, m *llama.Model, text []byte, formats []gokv.Format, evictions []evalEviction) (*evalPlan, error) {
+	c := m.Config
+	n := o.context
+	if n == 0 {
+		n = c.MaxPositions
+	}
+	if n < 2 {
+		return nil, fmt.Errorf("--context %d must be >= 2 (BOS and one byte to score)", n)
+	}
+	warn, err := checkPositions("--context", n, c.MaxPositions, evictions)
+	if err != nil {
+		return nil, fmt.Errorf("--model %s: %w", m.Dir, err)
+	}
+	if warn != "" {
+		logger.Warn().Str("model", m.Name).Msg(warn)
+	}
+	if o.prefill < 1 || o.prefill > n-1 {
+		return nil, fmt.Errorf("--prefill %d must be in [1, %d] (--context %d minus 1: the last token is only predicted)", o.prefill, n-1, n)
+	}
+	k := o.sequences
+	if need := int64(k) * int64(n-1); int64(len(text)) < need {
+		return nil, fmt.Errorf("--text %s has %d bytes, fewer than --sequences %d x (--context %d - 1) = %d", o.text, len(text), k, n, need)
+	}
+	if b := int64(k) * int64(n-1) * int64(c.VocabSize) * 4; b > evalMaxBaselineBytes {
+		return nil, fmt.Errorf("--sequences %d x --context %d keep %s of reference log-probabilities, more than %s: lower one of them",
+			k, n, gokv.FormatSize(b), gokv.FormatSize(evalMaxBaselineBytes))
+	}
+	if o.greedyTokens > 0 && len(text) < evalGreedyPrompt {
+		return nil, fmt.Errorf("--text %s has %d bytes, fewer than the greedy prompt's %d", o.text, len(text), evalGreedyPrompt)
+	}
+	plan := &evalPlan{m: m, n: n, p: o.prefill, k: k, greedy: o.greedyTokens, formats: formats, evictions: evictions}
+	for s := 0; s < k; s++ {
+		ids := make([]int, n)
+		ids[0] = c.BOS
+		for i, b := range text[s*(n-1) : (s+1)*(n-1)] {
+			ids[i+1] = int(b)
+		}
+		plan.seqs = append(plan.seqs, ids)
+	}
+	plan.prompt = []int{c.BOS}
+	for _, b := range text[:min(evalGreedyPrompt, len(text))] {
+		plan.prompt = append(plan.prompt, int(b))
+	}
+	return plan, nil
+}
+
+// work is the progress bar's total: steps of every run, the reference included.
+func (p *evalPlan) work() int {
+	return (len(p.formats)*len(p.evictions) + 1) * p.stepsPerRun()
+}
+
+func (p *evalPlan) stepsPerRun() int {
+	steps := 1 + (p.n - 1 - p.p) // prefill, then decode positions P..N-2
+	if p.greedy > 0 {
+		steps += p.greedy
+	}
+	return steps
+}
+
+func (p *evalPlan) run(eng *gokv.Engine, backend string, bar *progressbar.ProgressBar) ([]evalRow, error) {
+	f32 := gokv.Format{Kind: gokv.F32}
+	ref, err := p.runOne(eng, f32, evalEviction{name: "none"}, nil, bar)
+	if err != nil {
+		return nil, fmt.Errorf("%s f32 reference: %w", p.m.Name, err)
+	}
+	var rows []evalRow
+	for _, f := range p.formats {
+		for _, ev := range p.evictions {
+			r := ref
+			if f != f32 || ev.sw != nil {
+				if r, err = p.runOne(eng, f, ev, ref, bar); err != nil {
+					return nil, fmt.Errorf("%s %s %s: %w", p.m.Name, f, ev.name, err)
+				}
+			} else {
+				bar.Add(p.stepsPerRun()) // the reference itself
+			}
+			r.row.Backend = backend
+			rows = append(rows, r.row)
+		}
+	}
+	return rows, nil
+}
+
+// runOne scores the plan's sequences and makes the greedy continuation in one format and eviction; ref
+// is the f32 full-cache run to compare with (nil when this is it).
+func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref *evalRun, bar *progressbar.ProgressBar) (*evalRun, error) {
+	m, V := p.m, p.m.Config.VocabSize
+	greedyLen := len(p.prompt) + p.greedy
+	cache, err := openModelCache(eng, m, f, ev.sw, p.k, max(p.n, greedyLen), max(p.p, len(p.prompt)))
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Close()
+	run := &evalRun{argmax: make([][]int, p.k)}
+	if ref == nil {
+		run.logp = make([][]float32, p.k)
+		for s := range run.logp {
+			run.logp[s] = make([]float32, (p.n-1)*V)
+		}
+	}
+	bits := make([]float64, p.n-1) // summed over sequences, per predicted position
+	lp := make([]float32, V)
+	score := func(s, pos int, logits []float32) {
+		logSoftmax(lp, logits)
+		next := p.seqs[s][pos+1]
+		bits[pos] -= float64(lp[next]) / math.Ln2
+		am := argmax(lp)
+		run.argmax[s] = append(run.argmax[s], am)
+		if ref == nil {
+			copy(run.logp[s][pos*V:(pos+1)*V], lp)
+			return
+		}
+		run.kl = append(run.kl, klDivergence(ref.logp[s][pos*V:(pos+1)*V], lp))
+	}
+
+	r := m.NewRunner(cache)
+	entries := make([]llama.Entry, p.k)
+	for s := range entries {
+		seq, err := cache.NewSequence()
+		if err != nil {
+			return nil, err
+		}
+		entries[s] = llama.Entry{Seq: seq, Tokens: p.seqs[s][:p.p], AllLogits: true}
+	}
+	out, err := r.Step(entries...)
+	if err != nil {
+		return nil, fmt.Errorf("prefill: %w", err)
+	}
+	for s := range entries {
+		for pos := 0; pos < p.p; pos++ {
+			score(s, pos, out.Logits[s][pos*V:(pos+1)*V])
+		}
+	}
+	bar.Add(1)
+	for pos := p.p; pos < p.n-1; pos++ {
+		for s := range entries {
+			entries[s] = llama.Entry{Seq: entries[s].Seq, Tokens: p.seqs[s][pos : pos+1]}
+		}
+		out, err := r.Step(entries...)
+		if err != nil {
+			return nil, fmt.Errorf("decode at position %d: %w", pos, err)
+		}
+		for s := range entries {
+			score(s, pos, out.Logits[s])
+		}
+		run.stepDur += out.Timing.Total
+		run.attnDur += out.Timing.Attention
+		run.decoded += p.k
+		bar.Add(1)
+	}
+	kvBytes := cache.Stats().BytesUsed
+	for _, e := range entries {
+		if err := e.Seq.Release(); err != nil {
+			return nil, err
+		}
+	}
+	if p.greedy > 0 {
+		if run.greedy, err = greedyContinuation(r, cache, p.prompt, p.greedy, func() { bar.Add(1) }); err != nil {
+			return nil, fmt.Errorf("greedy continuation: %w", err)
+		}
+	}
+
+	scored := p.k * (p.n - 1)
+	row := evalRow{Model: m.Name, Format: f.String(), Eviction: ev.name, Context: p.n, Sequences: p.k, Prefill: p.p,
+		Tokens: scored, GreedyTokens: p.greedy, KVBytes: kvBytes, curve: make([]float64, p.n-1)}
+	total := 0.0
+	for pos, b := range bits {
+		total += b
+		row.curve[pos] = b / float64(p.k)
+	}
+	row.BitsPerByte = total / float64(scored)
+	if run.decoded > 0 {
+		row.MsPerToken = run.stepDur.Seconds() * 1e3 / float64(run.decoded)
+		row.AttnMsPerToken = run.attnDur.Seconds() * 1e3 / float64(run.decoded)
+	}
+	if ref == nil {
+		ref = run
+		row.KLMean, row.KLP99 = 0, 0
+	} else {
+		sum := 0.0
+		for _, x := range run.kl {
+			sum += x
+		}
+		row.KLMean = sum / float64(len(run.kl))
+		row.KLP99 = percentile(run.kl, 0.99)
+	}
+	agree := 0
+	for s := range run.argmax {
+		for i, a := range run.argmax[s] {
+			if a == ref.argmax[s][i] {
+				agree++
+			}
+		}
+	}
+	row.Top1Agree = float64(agree) / float64(scored)
+	for i := range run.greedy {
+		if run.greedy[i] != ref.greedy[i] {
+			break
+		}
+		row.GreedyMatch++
+	}
+	run.row = row
+	return run, nil
+}
+
+// greedyContinuation prefills prompt in a new sequence of cache and returns n greedily chosen byte
+// tokens; the sequence is released after. tick is called once per generated token.
+func greedyContinuation(r *llama.Runner, cache *gokv.Cache, prompt []int, n int, tick func()) ([]int, error) {
+	seq, err := cache.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer seq.Release()
+	var toks []int
+	in := prompt
+	for len(toks) < n {
+		out, err := r.Step(llama.Entry{Seq: seq, Tokens: in})
+		if err != nil {
+			return nil, err
+		}
+		next := argmax(out.Logits[0][:256])
+		toks = append(toks, next)
+		in = []int{next}
+		tick()
+	}
+	return toks, nil
+}
+
+// logSoftmax writes log softmax(logits) into dst, in float64 internally.
+func logSoftmax(dst, logits []float32) {
+	mx := math.Inf(-1)
+	for _, z := range logits {
+		mx = max(mx, float64(z))
+	}
+	sum := 0.0
+	for _, z := range logits {
+		sum += math.Exp(float64(z) - mx)
+	}
+	lse := mx + math.Log(sum)
+	for i, z := range logits {
+		dst[i] = float32(float64(z) - lse)
+	}
+}
+
+// argmax returns the index of the largest value (the first of ties).
+func argmax(xs []float32) int {
+	best := 0
+	for i, x := range xs {
+		if x > xs[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// klDivergence returns KL(p || q) in nats from log-probabilities, Σ p (log p - log q); never negative
+// (float rounding of near-equal distributions is clamped to 0).
+func klDivergence(logp, logq []float32) float64 {
+	kl := 0.0
+	for i, lp := range logp {
+		kl += math.Exp(float64(lp)) * (float64(lp) - float64(logq[i]))
+	}
+	return max(kl, 0)
+}
+
+func printEval(w io.Writer, o *evalOpts, rows []evalRow) {
+	if len(rows) == 0 {
+		return
+	}
+	r0 := rows[0]
+	fmt.Fprintf(w, "gokv eval: %d sequences x %d tokens (BOS + %d bytes of %s each), prefill %d, then decode; %s backend\n\n",
+		r0.Sequences, r0.Context, r0.Context-1, o.text, r0.Prefill, r0.Backend)
+	fmt.Fprintf(w, "%-12s %-14s %-18s %9s %7s %9s %9s %8s %10s %9s %11s\n", "model", "format", "eviction", "bits/byte",
+		"top1", "KL mean", "KL p99", "greedy", "KV bytes", "ms/token", "attn ms/tok")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-12s %-14s %-18s %9.4f %7.4f %9.2e %9.2e %8s %10s %9.3f %11.3f\n", r.Model, r.Format, r.Eviction,
+			r.BitsPerByte, r.Top1Agree, r.KLMean, r.KLP99, fmt.Sprintf("%d/%d", r.GreedyMatch, r.GreedyTokens),
+			gokv.FormatSize(int64(r.KVBytes)), r.MsPerToken, r.AttnMsPerToken)
+	}
+	fmt.Fprintf(w, "\ntop1, KL (nats) and greedy are against the f32 full-cache run; greedy counts matching tokens up to the first mismatch.\n")
+	fmt.Fprintf(w, "KV bytes: Cache.Stats().BytesUsed with all %d sequences at the end. ms/token: decode steps per decoded token, whole model;\n", r0.Sequences)
+	fmt.Fprintf(w, "attn ms/tok: the part inside Step.Layer (K/V store + attention).\n")
+}
