@@ -87,10 +87,12 @@ func linear(dst, x []float32, w matrix) {
 	wg.Wait()
 }
 
-// Below linearParallelMACs multiply-adds a product runs on the calling goroutine: a goroutine's start and
-// join cost about a microsecond, and the smallest products here take a few.
+// Below linearParallelMACs multiply-adds (about 0.2 ms on one core) a product runs on the calling
+// goroutine. Splitting decode-sized products (16 rows of 688x256: 2.8M) was 10-15% slower per token on
+// the shared 2-core development machine, where the second core is also the gokv CPU backend's and other
+// processes'; prefill-sized products gain from it.
 const (
-	linearParallelMACs     = 1 << 17
+	linearParallelMACs     = 1 << 22
 	linearMinRowsPerWorker = 32
 )
 
