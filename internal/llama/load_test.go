@@ -242,4 +242,3 @@ func TestStepErrors(t *testing.T) {
 	assert.Len(t, out.Logits[0], 10)
 	assert.Equal(t, 1, seq.Len())
 }
-
