@@ -331,6 +331,12 @@ func newEvalPlan(o *evalOpts, m *llama.Model, text []byte, formats []gokv.Format
 	if o.greedyTokens > 0 && len(text) < evalGreedyPrompt {
 		return nil, fmt.Errorf("--text %s has %d bytes, fewer than the greedy prompt's %d", o.text, len(text), evalGreedyPrompt)
 	}
+	if o.greedyTokens > 0 {
+		// The continuation's last token is chosen, never fed: BOS + the prompt bytes + all but one.
+		if _, err := checkPositions("--greedy-tokens", evalGreedyPrompt+o.greedyTokens, c.MaxPositions, evictions); err != nil {
+			return nil, fmt.Errorf("--model %s: %w", m.Dir, err)
+		}
+	}
 	plan := &evalPlan{m: m, n: n, p: o.prefill, k: k, greedy: o.greedyTokens, formats: formats, evictions: evictions}
 	for s := 0; s < k; s++ {
 		ids := make([]int, n)

@@ -160,6 +160,8 @@ func TestEvalErrors(t *testing.T) {
 			"--context: 600 positions pass the model's max_position_embeddings 512"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--context", "600", "--eviction", "sinkwindow:4:600"}, "sinkwindow:4:600 is not"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--context", "1"}, "--context 1 must be >= 2"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--context", "32", "--prefill", "8", "--greedy-tokens", "500"},
+			"--greedy-tokens: 564 positions pass the model's max_position_embeddings 512"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--context", "32", "--prefill", "32"}, "--prefill 32 must be in [1, 31]"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--sequences", "0"}, "--sequences 0"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--plot", filepath.Join(dir, "missing", "p.png")}, "does not exist"},

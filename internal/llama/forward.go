@@ -128,7 +128,7 @@ func (r *Runner) Step(entries ...Entry) (Output, error) {
 		return Output{}, errors.Join(err, st.abort())
 	}
 	if err := st.commit(); err != nil {
-		return Output{}, fmt.Errorf("llama: Step: %w", err)
+		return Output{}, errors.Join(fmt.Errorf("llama: Step: %w", err), st.abort())
 	}
 	out := Output{Logits: r.logits(entries, rows)}
 	timing.Total = time.Since(t0)
