@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +19,9 @@ import (
 type noCacheAttention struct {
 	m    *Model
 	hist map[*gokv.Sequence]*noCacheHistory
+	// window > 0 masks as gokv.SinkWindow{Sinks: sinks, Window: window}: a query at p sees t < sinks and
+	// t > p - window.
+	window, sinks int
 }
 
 type noCacheHistory struct {
@@ -62,7 +66,11 @@ func (s *noCacheStep) layer(l int, q, k, v, out []float32) error {
 				qr := q[((row+j)*Hq+head)*d : ((row+j)*Hq+head+1)*d]
 				scores := make([]float64, p+1)
 				m := math.Inf(-1)
+				visible := func(t int) bool { return s.a.window == 0 || t < s.a.sinks || t > p-s.a.window }
 				for t := 0; t <= p; t++ {
+					if !visible(t) {
+						continue
+					}
 					kt := keys[(t*Hkv+kvh)*d : (t*Hkv+kvh+1)*d]
 					dot := 0.0
 					for i := range qr {
@@ -79,6 +87,9 @@ func (s *noCacheStep) layer(l int, q, k, v, out []float32) error {
 				den := math.Exp(sink - m)
 				acc := make([]float64, d)
 				for t := 0; t <= p; t++ {
+					if !visible(t) {
+						continue
+					}
 					w := math.Exp(scores[t] - m)
 					den += w
 					vt := vals[(t*Hkv+kvh)*d : (t*Hkv+kvh+1)*d]
@@ -122,63 +133,86 @@ func heldout(t *testing.T, n int) []int {
 // TestCacheMatchesNoCache runs the same forward pass twice, once with its attention through an f32 gokv
 // cache and once through noCacheAttention, over a batch of three sequences of different lengths: one
 // prefill step, then token-by-token decode steps of all three. Every logit row must agree to 1e-4 (relErr).
+// Under SinkWindow the cache releases pages (16 tokens each) as the sequences grow past the window, and
+// the reference masks the same positions.
 func TestCacheMatchesNoCache(t *testing.T) {
 	const tolerance = 1e-4
 	eng := openCPU(t)
 	text := heldout(t, 1000)
-	for _, name := range testModels {
-		t.Run(name, func(t *testing.T) {
-			m, err := Load(modelDir(name))
-			require.NoError(t, err)
-			bos := m.Config.BOS
-			cache := newTestCache(t, eng, m, "f32", 512)
-			withCache := m.NewRunner(cache)
-			noCache := &Runner{m: m, attn: &noCacheAttention{m: m, hist: map[*gokv.Sequence]*noCacheHistory{}}}
-
-			// Three sequences: BOS + a piece of text each, prompts of 3, 20 and 45 tokens.
-			prompts := [][]int{{bos}, {bos}, {bos}}
-			prompts[0] = append(prompts[0], text[0:2]...)
-			prompts[1] = append(prompts[1], text[100:119]...)
-			prompts[2] = append(prompts[2], text[300:344]...)
-			next := []int{2, 119, 344} // where each sequence's decoded bytes come from
-			entries := make([]Entry, len(prompts))
-			for i, p := range prompts {
-				seq, err := cache.NewSequence()
+	for _, tc := range []struct {
+		name     string
+		eviction *gokv.SinkWindow
+		decode   int
+	}{
+		{"full", nil, 10},
+		{"sinkwindow", &gokv.SinkWindow{Sinks: 4, Window: 24}, 40},
+	} {
+		for _, name := range testModels {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				m, err := Load(modelDir(name))
 				require.NoError(t, err)
-				entries[i] = Entry{Seq: seq, Tokens: p, AllLogits: true}
-			}
-			worst := 0.0
-			compare := func(step string, a, b Output) {
-				for i := range a.Logits {
-					ra, rb := rows(a.Logits[i], m.Config.VocabSize), rows(b.Logits[i], m.Config.VocabSize)
-					require.Len(t, ra, len(rb))
-					for j := range ra {
-						e := relErr(ra[j], rb[j])
-						worst = max(worst, e)
-						assert.Less(t, e, tolerance, "%s, sequence %d, row %d", step, i, j)
-					}
+				bos := m.Config.BOS
+				cache, err := m.NewCache(eng, gokv.CacheOptions{Format: gokv.Format{Kind: gokv.F32}, MaxTokens: 512,
+					MaxSequences: 4, PageSize: 16, Eviction: tc.eviction})
+				require.NoError(t, err)
+				defer cache.Close()
+				withCache := m.NewRunner(cache)
+				ref := &noCacheAttention{m: m, hist: map[*gokv.Sequence]*noCacheHistory{}}
+				if tc.eviction != nil {
+					ref.window, ref.sinks = tc.eviction.Window, tc.eviction.Sinks
 				}
-			}
-			a, err := withCache.Step(entries...)
-			require.NoError(t, err)
-			b, err := noCache.Step(entries...)
-			require.NoError(t, err)
-			compare("prefill", a, b)
-			for s := 0; s < 10; s++ {
-				for i := range entries {
-					entries[i].Tokens = []int{text[next[i]+s]}
-					entries[i].AllLogits = false
+				noCache := &Runner{m: m, attn: ref}
+
+				// Three sequences: BOS + a piece of text each, prompts of 3, 20 and 45 tokens.
+				prompts := [][]int{{bos}, {bos}, {bos}}
+				prompts[0] = append(prompts[0], text[0:2]...)
+				prompts[1] = append(prompts[1], text[100:119]...)
+				prompts[2] = append(prompts[2], text[300:344]...)
+				next := []int{2, 119, 344} // where each sequence's decoded bytes come from
+				entries := make([]Entry, len(prompts))
+				for i, p := range prompts {
+					seq, err := cache.NewSequence()
+					require.NoError(t, err)
+					entries[i] = Entry{Seq: seq, Tokens: p, AllLogits: true}
+				}
+				worst := 0.0
+				compare := func(step string, a, b Output) {
+					for i := range a.Logits {
+						ra, rb := rows(a.Logits[i], m.Config.VocabSize), rows(b.Logits[i], m.Config.VocabSize)
+						require.Len(t, ra, len(rb))
+						for j := range ra {
+							e := relErr(ra[j], rb[j])
+							worst = max(worst, e)
+							assert.Less(t, e, tolerance, "%s, sequence %d, row %d", step, i, j)
+						}
+					}
 				}
 				a, err := withCache.Step(entries...)
 				require.NoError(t, err)
 				b, err := noCache.Step(entries...)
 				require.NoError(t, err)
-				compare("decode", a, b)
-			}
-			for i, e := range entries {
-				assert.Equal(t, len(prompts[i])+10, e.Seq.Len(), "sequence %d length", i)
-			}
-			t.Logf("%s: max relative logit error, f32 cache vs no cache: %.2e", name, worst)
-		})
+				compare("prefill", a, b)
+				for s := 0; s < tc.decode; s++ {
+					for i := range entries {
+						entries[i].Tokens = []int{text[next[i]+s]}
+						entries[i].AllLogits = false
+					}
+					a, err := withCache.Step(entries...)
+					require.NoError(t, err)
+					b, err := noCache.Step(entries...)
+					require.NoError(t, err)
+					compare(fmt.Sprintf("decode step %d", s), a, b)
+				}
+				for i, e := range entries {
+					assert.Equal(t, len(prompts[i])+tc.decode, e.Seq.Len(), "sequence %d length", i)
+				}
+				st := cache.Stats()
+				if tc.eviction != nil {
+					// 85 tokens in 16-token pages: the sink page, the window's pages and the partial last one.
+					assert.Less(t, st.PagesUsed, 3*6, "pages were released")
+				}
+				t.Logf("%s %s: max relative logit error, f32 cache vs no cache: %.2e (%d pages in use)", name, tc.name, worst, st.PagesUsed)
+			})
+		}
 	}
 }
