@@ -242,9 +242,25 @@ func runEval(stdout, stderr io.Writer, o *evalOpts) error {
 		_, err := loadByteModel("")
 		return err
 	}
-	text, err := os.ReadFile(o.text)
+	var plans []*evalPlan
+	need := int64(0)
+	for _, m := range models {
+		plan, err := newEvalPlan(o, m, formats, evictions)
+		if err != nil {
+			return err
+		}
+		plans = append(plans, plan)
+		need = max(need, plan.textBytes())
+	}
+	// Only the bytes the sequences use are read: --text may be a whole corpus.
+	text, err := readPrefix(o.text, need)
 	if err != nil {
 		return fmt.Errorf("--text: %w", err)
+	}
+	for _, plan := range plans {
+		if err := plan.setText(o.text, text); err != nil {
+			return err
+		}
 	}
 	eng, err := gokv.Open(gokv.WithBackend(o.backend), gokv.WithThreads(o.threads), gokv.WithLogger(logger))
 	if err != nil {
@@ -257,12 +273,8 @@ func runEval(stdout, stderr io.Writer, o *evalOpts) error {
 	}
 
 	var rows []evalRow
-	for _, m := range models {
-		plan, err := newEvalPlan(o, m, text, formats, evictions)
-		if err != nil {
-			return err
-		}
-		bar := newProgress(stderr, o.quiet, plan.work(), "eval "+m.Name)
+	for _, plan := range plans {
+		bar := newProgress(stderr, o.quiet, plan.work(), "eval "+plan.m.Name)
 		got, err := plan.run(eng, info.Backend, bar)
 		bar.Finish()
 		if err != nil {
@@ -290,6 +302,16 @@ func runEval(stdout, stderr io.Writer, o *evalOpts) error {
 	return nil
 }
 
+// readPrefix returns the first n bytes of a file, or all of it when it is shorter.
+func readPrefix(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, n))
+}
+
 // evalPlan is one model's eval: its sequences, the runs to make, and the reference.
 type evalPlan struct {
 	m         *llama.Model
@@ -301,7 +323,7 @@ type evalPlan struct {
 	evictions []evalEviction
 }
 
-func newEvalPlan(o *evalOpts, m *llama.Model, text []byte, formats []gokv.Format, evictions []evalEviction) (*evalPlan, error) {
+func newEvalPlan(o *evalOpts, m *llama.Model, formats []gokv.Format, evictions []evalEviction) (*evalPlan, error) {
 	c := m.Config
 	n := o.context
 	if n == 0 {
@@ -321,15 +343,9 @@ func newEvalPlan(o *evalOpts, m *llama.Model, text []byte, formats []gokv.Format
 		return nil, fmt.Errorf("--prefill %d must be in [1, %d] (--context %d minus 1: the last token is only predicted)", o.prefill, n-1, n)
 	}
 	k := o.sequences
-	if need := int64(k) * int64(n-1); int64(len(text)) < need {
-		return nil, fmt.Errorf("--text %s has %d bytes, fewer than --sequences %d x (--context %d - 1) = %d", o.text, len(text), k, n, need)
-	}
 	if b := int64(k) * int64(n-1) * int64(c.VocabSize) * 4; b > evalMaxBaselineBytes {
 		return nil, fmt.Errorf("--sequences %d x --context %d keep %s of reference log-probabilities, more than %s: lower one of them",
 			k, n, gokv.FormatSize(b), gokv.FormatSize(evalMaxBaselineBytes))
-	}
-	if o.greedyTokens > 0 && len(text) < evalGreedyPrompt {
-		return nil, fmt.Errorf("--text %s has %d bytes, fewer than the greedy prompt's %d", o.text, len(text), evalGreedyPrompt)
 	}
 	if o.greedyTokens > 0 {
 		// The continuation's last token is chosen, never fed: BOS + the prompt bytes + all but one.
@@ -337,20 +353,41 @@ func newEvalPlan(o *evalOpts, m *llama.Model, text []byte, formats []gokv.Format
 			return nil, fmt.Errorf("--model %s: %w", m.Dir, err)
 		}
 	}
-	plan := &evalPlan{m: m, n: n, p: o.prefill, k: k, greedy: o.greedyTokens, formats: formats, evictions: evictions}
-	for s := 0; s < k; s++ {
-		ids := make([]int, n)
-		ids[0] = c.BOS
-		for i, b := range text[s*(n-1) : (s+1)*(n-1)] {
+	return &evalPlan{m: m, n: n, p: o.prefill, k: k, greedy: o.greedyTokens, formats: formats, evictions: evictions}, nil
+}
+
+// textBytes is how many bytes of --text the plan reads.
+func (p *evalPlan) textBytes() int64 {
+	need := int64(p.k) * int64(p.n-1)
+	if p.greedy > 0 {
+		need = max(need, evalGreedyPrompt)
+	}
+	return need
+}
+
+// setText cuts the plan's sequences and greedy prompt out of the text (the first textBytes of --text).
+func (p *evalPlan) setText(path string, text []byte) error {
+	if int64(len(text)) < int64(p.k)*int64(p.n-1) {
+		return fmt.Errorf("--text %s has %d bytes, fewer than --sequences %d x (--context %d - 1) = %d", path, len(text), p.k, p.n,
+			int64(p.k)*int64(p.n-1))
+	}
+	if p.greedy > 0 && len(text) < evalGreedyPrompt {
+		return fmt.Errorf("--text %s has %d bytes, fewer than the greedy prompt's %d", path, len(text), evalGreedyPrompt)
+	}
+	bos := p.m.Config.BOS
+	for s := 0; s < p.k; s++ {
+		ids := make([]int, p.n)
+		ids[0] = bos
+		for i, b := range text[s*(p.n-1) : (s+1)*(p.n-1)] {
 			ids[i+1] = int(b)
 		}
-		plan.seqs = append(plan.seqs, ids)
+		p.seqs = append(p.seqs, ids)
 	}
-	plan.prompt = []int{c.BOS}
+	p.prompt = []int{bos}
 	for _, b := range text[:min(evalGreedyPrompt, len(text))] {
-		plan.prompt = append(plan.prompt, int(b))
+		p.prompt = append(p.prompt, int(b))
 	}
-	return plan, nil
+	return nil
 }
 
 // work is the progress bar's total: steps of every run, the reference included.
