@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gokv/gokv/gokv"
 )
 
 // A synthetic model small enough to write in a test: hidden 8, 2 query heads and 1 kv head of dim 4,
@@ -241,4 +243,30 @@ func TestStepErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, out.Logits[0], 10)
 	assert.Equal(t, 1, seq.Len())
+}
+
+// TestSpecAgreesWithGokvConfigParser: the geometry built here is gokv's own reading of config.json, but
+// for the learned sinks, which gokv.FromHFConfig only knows for model_type gpt_oss.
+func TestSpecAgreesWithGokvConfigParser(t *testing.T) {
+	for _, name := range testModels {
+		m, err := Load(modelDir(name))
+		require.NoError(t, err)
+		theirs, err := gokv.LoadHFConfig(modelDir(name))
+		require.NoError(t, err)
+		ours := m.Spec()
+		assert.Equal(t, theirs.MaxPositions, ours.MaxPositions, name)
+		require.Len(t, ours.Layers, len(theirs.Layers), name)
+		for i, l := range ours.Layers {
+			want := theirs.Layers[i]
+			want.LearnedSinks = m.Config.LearnedSinks
+			assert.Equal(t, want, l, "%s layer %d", name, i)
+		}
+		if m.Config.LearnedSinks {
+			assert.Zero(t, ours.SinkTokens, name)
+			assert.NotNil(t, m.SinkLogits(0))
+		} else {
+			assert.Equal(t, theirs.SinkTokens, ours.SinkTokens, name)
+			assert.Nil(t, m.SinkLogits(0))
+		}
+	}
 }
