@@ -520,8 +520,7 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 		row.AttnMsPerToken = run.attnDur.Seconds() * 1e3 / float64(run.decoded)
 	}
 	if ref == nil {
-		ref = run
-		row.KLMean, row.KLP99 = 0, 0
+		ref = run // KL 0, top1 1 and every greedy token: the reference against itself
 	} else {
 		sum := 0.0
 		for _, x := range run.kl {
