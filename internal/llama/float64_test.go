@@ -12,8 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gokv/gokv/gokv"
 )
 
 // A second, independent Llama forward pass in float64, sharing nothing with the package but the files it
@@ -320,5 +318,3 @@ func TestBitsPerByteMatchFloat64(t *testing.T) {
 		})
 	}
 }
-
-var _ = gokv.F32 // the package's cache is the thing under test; the float64 side uses none of it
