@@ -30,15 +30,20 @@ type CacheOptions struct {
 	MaxSequences int
 	// MaxStepTokens sizes the windowed groups (sliding-window layers, and every layer under a SinkWindow):
 	// such a group gets MaxSequences times the pages of one window (plus sinks and a partial page) plus
-	// the pages of MaxStepTokens new tokens, when that is less than the MaxTokens sizing. A step that
-	// appends more tokens than this to one windowed sequence may fail with ErrCapacity when the cache is
-	// nearly full; split long prefills into chunks. 0 means 2048.
+	// the pages of MaxStepTokens new tokens, when that is less than the MaxTokens sizing. It counts the
+	// new tokens of one step over all its sequences (a batched prefill of K prompts of P tokens adds
+	// K·P): a step that appends more may fail with ErrCapacity when the cache is nearly full; split long
+	// prefills into chunks. 0 means 2048.
 	MaxStepTokens int
 	// Eviction is the eviction policy of the full-attention layers; nil keeps everything (Full).
 	Eviction *SinkWindow
 	// Scale is the attention scale α; 0 means 1/sqrt(HeadDimK) of each layer. MLA callers, whose query
 	// heads are absorbed, pass their model's own scale.
 	Scale float32
+	// SinkLogits gives the learned sink logits σ_h (gpt-oss) of layers with LearnedSinks, by layer index:
+	// [HeadsQ] finite values each, copied. Layers left out must get theirs from Cache.SetSinkLogits before
+	// their first step; an entry for a layer without LearnedSinks is an error.
+	SinkLogits map[int][]float32
 }
 
 // The defaults of CacheOptions.
@@ -214,6 +219,18 @@ func (e *Engine) NewCache(spec ModelSpec, opts CacheOptions) (*Cache, error) {
 		c.slots[j] = int32(opts.MaxSequences - 1 - j)
 	}
 
+	for li, logits := range opts.SinkLogits {
+		if li < 0 || li >= len(c.layers) {
+			c.closePools()
+			return nil, newErr(op, ErrorRange, "SinkLogits: layer %d is outside [0, %d)", li, len(c.layers))
+		}
+		if err := c.layers[li].checkSinkLogits(logits); err != nil {
+			c.closePools()
+			return nil, newErr(op, ErrorInvalid, "SinkLogits: %v", err)
+		}
+		c.layers[li].sinks = slices.Clone(logits)
+	}
+
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -383,16 +400,8 @@ func (c *Cache) SetSinkLogits(layer int, logits []float32) error {
 		return newErr(op, ErrorRange, "layer %d is outside [0, %d)", layer, len(c.layers))
 	}
 	cl := c.layers[layer]
-	if !cl.spec.LearnedSinks {
-		return newErr(op, ErrorInvalid, "layer %d (%s) has no learned sinks (LayerSpec.LearnedSinks is false)", layer, cl.spec)
-	}
-	if len(logits) != cl.spec.HeadsQ {
-		return newErr(op, ErrorInvalid, "layer %d: len(logits) = %d, want HeadsQ = %d", layer, len(logits), cl.spec.HeadsQ)
-	}
-	for h, x := range logits {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return newErr(op, ErrorInvalid, "layer %d: logits[%d] = %g is not finite", layer, h, x)
-		}
+	if err := cl.checkSinkLogits(logits); err != nil {
+		return newErr(op, ErrorInvalid, "%v", err)
 	}
 	cp := slices.Clone(logits)
 	c.mu.Lock()
@@ -401,6 +410,22 @@ func (c *Cache) SetSinkLogits(layer int, logits []float32) error {
 		return newErr(op, ErrorClosed, "cache is closed")
 	}
 	cl.sinks = cp
+	return nil
+}
+
+// checkSinkLogits reports why logits cannot be the layer's learned sink logits, or nil.
+func (cl *cacheLayer) checkSinkLogits(logits []float32) error {
+	if !cl.spec.LearnedSinks {
+		return fmt.Errorf("layer %d (%s) has no learned sinks (LayerSpec.LearnedSinks is false)", cl.index, cl.spec)
+	}
+	if len(logits) != cl.spec.HeadsQ {
+		return fmt.Errorf("layer %d: len(logits) = %d, want HeadsQ = %d", cl.index, len(logits), cl.spec.HeadsQ)
+	}
+	for h, x := range logits {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("layer %d: logits[%d] = %g is not finite", cl.index, h, x)
+		}
+	}
 	return nil
 }
 

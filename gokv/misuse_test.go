@@ -79,3 +79,53 @@ func TestCommitAfterCacheClose(t *testing.T) {
 	assert.ErrorIs(t, st.Commit(), ErrClosed)
 	assert.NoError(t, st.Abort())
 }
+
+// TestSinkLogitsOption: CacheOptions.SinkLogits makes a learned-sinks cache complete at creation (the
+// same outputs as SetSinkLogits), and a bad entry fails NewCache naming the layer.
+func TestSinkLogitsOption(t *testing.T) {
+	e := openTestEngine(t)
+	spec := smallSpec(2, 32)
+	spec.Layers[1].LearnedSinks = true
+	logits := []float32{0.5, -1, 2, 0}
+	run := func(c *Cache) []float32 {
+		s := mustSeq(t, c)
+		rng := newRand(3)
+		var out []float32
+		for _, n := range []int{5, 1} {
+			st, err := c.Begin(prefill(s, n))
+			require.NoError(t, err)
+			assert.Equal(t, s.Len(), st.StartPos(0))
+			assert.Equal(t, -1, st.StartPos(1))
+			out = poisoned(n * 4 * 32)
+			for l := range 2 {
+				require.NoError(t, st.Layer(l, randVec(rng, n*4*32, 1), randVec(rng, n*2*32, 1), randVec(rng, n*2*32, 1), out))
+			}
+			require.NoError(t, st.Commit())
+		}
+		return out
+	}
+	byOption, err := e.NewCache(spec, CacheOptions{MaxTokens: 64, SinkLogits: map[int][]float32{1: logits}})
+	require.NoError(t, err)
+	defer byOption.Close()
+	bySetter, err := e.NewCache(spec, CacheOptions{MaxTokens: 64})
+	require.NoError(t, err)
+	defer bySetter.Close()
+	require.NoError(t, bySetter.SetSinkLogits(1, logits))
+	logits[0] = 9 // both copied
+	assert.Equal(t, run(bySetter), run(byOption))
+
+	for _, tc := range []struct {
+		sinks map[int][]float32
+		want  error
+		msg   string
+	}{
+		{map[int][]float32{0: make([]float32, 4)}, ErrInvalid, "layer 0"},
+		{map[int][]float32{2: make([]float32, 4)}, ErrRange, "layer 2"},
+		{map[int][]float32{1: make([]float32, 3)}, ErrInvalid, "HeadsQ"},
+		{map[int][]float32{1: {0, 0, float32(nan()), 0}}, ErrInvalid, "not finite"},
+	} {
+		_, err := e.NewCache(spec, CacheOptions{MaxTokens: 64, SinkLogits: tc.sinks})
+		assert.ErrorIs(t, err, tc.want, tc.msg)
+		assert.ErrorContains(t, err, tc.msg)
+	}
+}

@@ -205,6 +205,15 @@ func (st *Step) Rows() int {
 	return st.rows
 }
 
+// StartPos returns the position of entry i's first new token (its sequence's length before the step):
+// the position RoPE needs for the entry's row 0. It returns -1 for an index outside the entries.
+func (st *Step) StartPos(i int) int {
+	if st == nil || i < 0 || i >= len(st.startPos) {
+		return -1
+	}
+	return int(st.startPos[i])
+}
+
 // made fails with ErrInvalid for a nil Step or one that did not come from Cache.Begin.
 func (st *Step) made(op string) error {
 	switch {
