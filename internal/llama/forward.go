@@ -43,7 +43,7 @@ type Runner struct {
 }
 
 // NewRunner returns a Runner whose attention goes through cache, which must have been made for m.Spec()
-// and set up with SetupCache (Model.NewCache does both).
+// with the model's sink logits (Model.NewCache does both).
 func (m *Model) NewRunner(cache *gokv.Cache) *Runner {
 	return &Runner{m: m, attn: cacheAttention{cache}}
 }
@@ -67,14 +67,16 @@ type cacheAttention struct{ c *gokv.Cache }
 
 func (a cacheAttention) begin(entries []Entry) (attentionStep, []int, error) {
 	se := make([]gokv.StepEntry, len(entries))
-	pos := make([]int, len(entries))
 	for i, e := range entries {
 		se[i] = gokv.StepEntry{Seq: e.Seq, NewTokens: len(e.Tokens)}
-		pos[i] = e.Seq.Len()
 	}
 	st, err := a.c.Begin(se...)
 	if err != nil {
 		return nil, nil, err
+	}
+	pos := make([]int, len(entries))
+	for i := range pos {
+		pos[i] = st.StartPos(i)
 	}
 	return cacheStep{st}, pos, nil
 }

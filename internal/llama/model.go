@@ -84,30 +84,18 @@ func (m *Model) SinkLogits(layer int) []float32 {
 	return append([]float32(nil), m.w.layers[layer].sinks...)
 }
 
-// SetupCache gives a cache made for m.Spec() what the model needs beyond its geometry: the learned sink
-// logits of every layer (Cache.SetSinkLogits). A no-op for models without sinks.
-func (m *Model) SetupCache(c *gokv.Cache) error {
-	if !m.Config.LearnedSinks {
-		return nil
-	}
-	for l := range m.w.layers {
-		if err := c.SetSinkLogits(l, m.w.layers[l].sinks); err != nil {
-			return fmt.Errorf("llama: %s layer %d sink logits: %w", m.Name, l, err)
+// NewCache creates a cache for the model on eng (opts as for Engine.NewCache), with the learned sink
+// logits of every layer when the model has them (CacheOptions.SinkLogits). The caller closes it.
+func (m *Model) NewCache(eng *gokv.Engine, opts gokv.CacheOptions) (*gokv.Cache, error) {
+	if m.Config.LearnedSinks {
+		opts.SinkLogits = make(map[int][]float32, len(m.w.layers))
+		for l := range m.w.layers {
+			opts.SinkLogits[l] = m.w.layers[l].sinks
 		}
 	}
-	return nil
-}
-
-// NewCache creates a cache for the model on eng (opts as for Engine.NewCache) and sets it up
-// (SetupCache). The caller closes it.
-func (m *Model) NewCache(eng *gokv.Engine, opts gokv.CacheOptions) (*gokv.Cache, error) {
 	c, err := eng.NewCache(m.Spec(), opts)
 	if err != nil {
-		return nil, err
-	}
-	if err := m.SetupCache(c); err != nil {
-		c.Close()
-		return nil, err
+		return nil, fmt.Errorf("llama: %s: %w", m.Name, err)
 	}
 	return c, nil
 }
