@@ -1,9 +1,14 @@
 /*
  * threadpool.c: see threadpool.h. Indices are handed out by an atomic counter, so uneven work balances.
+ * The caller waits for the indices to be done, not for every worker to pass through the loop: on a
+ * machine with more runnable threads than cores (an engine's own threads, other processes), a worker that
+ * is not scheduled in time simply takes no index, and the caller does its share instead of waiting a time
+ * slice for it. A claim carries its loop's generation, so a worker that wakes late never takes an index
+ * of a later loop for the one it saw.
  *
  * Waking a sleeping thread costs tens of microseconds (a futex, and on a VM an idle vCPU's wake-up): measured
  * on the 2-core machine, a 1K-token decode ran no faster on two threads than on one. So waiters spin for up to
- * a while first (workers for the next loop, the caller for the workers' end) and only then sleep on the
+ * a while first (workers for the next loop, the caller for the loop's last index) and only then sleep on the
  * condition variables: back-to-back calls (each attention call runs two loops, and a decode step runs one
  * call per layer) never sleep, and an idle pool burns at most that while per worker after its last loop.
  * The while is 200 µs, or GOKV_CPU_SPIN_US microseconds when set when the pool is created (0: never spin,
@@ -29,13 +34,14 @@ struct cpu_threadpool {
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
     _Atomic uint64_t generation; /* bumped (under mu) for each loop; workers wait for a new one */
-    _Atomic int32_t active;      /* workers still inside the current loop */
     _Atomic int stop;
-    /* the current loop */
+    /* the current loop: fn and ctx are read only by a thread holding an unfinished index of it */
     cpu_task_fn fn;
     void *ctx;
-    int64_t n;
-    _Atomic int64_t next;
+    uint32_t loop;            /* the caller's count of loops (the claims' high half) */
+    _Atomic int64_t n;        /* indices of the current loop */
+    _Atomic uint64_t claim;   /* loop << 32 | next index to hand out */
+    _Atomic int64_t finished; /* indices of the current loop done */
 };
 
 typedef struct worker_arg {
@@ -43,11 +49,23 @@ typedef struct worker_arg {
     int32_t id;
 } worker_arg;
 
-static void drain(cpu_threadpool *tp, int32_t worker) {
+/* Takes and runs indices of loop `loop` until none is left. The thread that finishes the last index wakes
+ * the caller, which may be asleep on `done` (it checks under mu). Returns at once for a later loop. */
+static void drain(cpu_threadpool *tp, int32_t worker, uint32_t loop) {
+    uint64_t c = atomic_load_explicit(&tp->claim, memory_order_acquire);
     for (;;) {
-        int64_t i = atomic_fetch_add_explicit(&tp->next, 1, memory_order_relaxed);
-        if (i >= tp->n) return;
+        if ((uint32_t)(c >> 32) != loop) return;
+        const int64_t i = (int64_t)(uint32_t)c, n = atomic_load_explicit(&tp->n, memory_order_relaxed);
+        if (i >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&tp->claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire))
+            continue;
         tp->fn(tp->ctx, i, worker);
+        if (atomic_fetch_add_explicit(&tp->finished, 1, memory_order_acq_rel) + 1 == n && worker != 0) {
+            pthread_mutex_lock(&tp->mu);
+            pthread_cond_signal(&tp->done);
+            pthread_mutex_unlock(&tp->mu);
+        }
+        c = atomic_load_explicit(&tp->claim, memory_order_acquire);
     }
 }
 
@@ -86,9 +104,8 @@ static int new_loop(cpu_threadpool *tp, uint64_t seen) {
            atomic_load_explicit(&tp->generation, memory_order_acquire) != seen;
 }
 
-static int loop_done(cpu_threadpool *tp, uint64_t unused) {
-    (void)unused;
-    return atomic_load_explicit(&tp->active, memory_order_acquire) == 0;
+static int loop_done(cpu_threadpool *tp, uint64_t n) {
+    return atomic_load_explicit(&tp->finished, memory_order_acquire) == (int64_t)n;
 }
 
 static void *worker_main(void *p) {
@@ -104,12 +121,8 @@ static void *worker_main(void *p) {
         }
         if (atomic_load_explicit(&tp->stop, memory_order_acquire)) break;
         seen = atomic_load_explicit(&tp->generation, memory_order_acquire);
-        drain(tp, arg.id);
-        if (atomic_fetch_sub_explicit(&tp->active, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&tp->mu); /* the caller may be asleep: wake it under the lock it checks under */
-            pthread_cond_signal(&tp->done);
-            pthread_mutex_unlock(&tp->mu);
-        }
+        /* the claim is published before the generation: this is the current loop, or a later one */
+        drain(tp, arg.id, (uint32_t)(atomic_load_explicit(&tp->claim, memory_order_acquire) >> 32));
     }
     return NULL;
 }
@@ -181,25 +194,27 @@ int32_t cpu_threadpool_size(const cpu_threadpool *tp) { return tp->n_threads; }
 void cpu_threadpool_run(cpu_threadpool *tp, int64_t n, cpu_task_fn fn, void *ctx) {
     if (n <= 0) return;
     pthread_mutex_lock(&tp->run_mu);
-    if (tp->n_threads == 1 || n == 1) {
+    if (tp->n_threads == 1 || n == 1 || n > UINT32_MAX) {
         for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
         pthread_mutex_unlock(&tp->run_mu);
         return;
     }
-    /* the loop is published by the generation's release store; every worker is outside the last loop */
+    /* Every index of the last loop is done, so no thread reads fn or ctx now. The loop is published by
+     * the claim's release store; late workers of the last loop see its new generation and take nothing. */
     tp->fn = fn;
     tp->ctx = ctx;
-    tp->n = n;
-    atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&tp->active, tp->n_threads - 1, memory_order_relaxed);
+    const uint32_t loop = ++tp->loop;
+    atomic_store_explicit(&tp->n, n, memory_order_relaxed);
+    atomic_store_explicit(&tp->finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->claim, (uint64_t)loop << 32, memory_order_release);
     pthread_mutex_lock(&tp->mu); /* sleeping workers check under it */
     atomic_fetch_add_explicit(&tp->generation, 1, memory_order_release);
     pthread_cond_broadcast(&tp->wake);
     pthread_mutex_unlock(&tp->mu);
-    drain(tp, 0);
-    if (!spin_until(tp, loop_done, 0)) {
+    drain(tp, 0, loop);
+    if (!spin_until(tp, loop_done, (uint64_t)n)) {
         pthread_mutex_lock(&tp->mu);
-        while (!loop_done(tp, 0)) pthread_cond_wait(&tp->done, &tp->mu);
+        while (!loop_done(tp, (uint64_t)n)) pthread_cond_wait(&tp->done, &tp->mu);
         pthread_mutex_unlock(&tp->mu);
     }
     pthread_mutex_unlock(&tp->run_mu);

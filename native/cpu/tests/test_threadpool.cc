@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -59,6 +60,24 @@ TEST(ThreadPool, NoSpinningAndBadSettings) {
         for (int rep = 0; rep < 50; rep++) run_and_check(tp, 1 + rep % 9, 3);
         cpu_threadpool_destroy(tp);
     }
+}
+
+/* More threads than cores, workers that sleep at once: most wake after their loop is over (the caller does
+ * not wait for them) and must take nothing of the loops after it. Each loop's context is freed as soon as
+ * the loop returns, so a late worker running an index with a stale context is a use after free (ASan). */
+TEST(ThreadPool, LateWorkersTakeNothingOfLaterLoops) {
+    setenv("GOKV_CPU_SPIN_US", "0", 1);
+    cpu_threadpool *tp = cpu_threadpool_create(16);
+    unsetenv("GOKV_CPU_SPIN_US");
+    ASSERT_NE(tp, nullptr);
+    for (int rep = 0; rep < 3000; rep++) {
+        const int64_t n = 2 + rep % 5;
+        auto c = std::make_unique<Counts>((size_t)n, 16);
+        cpu_threadpool_run(tp, n, count, c.get());
+        for (int64_t i = 0; i < n; i++) ASSERT_EQ(c->hits[(size_t)i].load(), 1) << "loop " << rep << " index " << i;
+        ASSERT_EQ(c->bad_worker.load(), 0);
+    }
+    cpu_threadpool_destroy(tp);
 }
 
 TEST(ThreadPool, DestroyWhileWorkersSleep) {
