@@ -106,6 +106,10 @@ type evalRow struct {
 	AttnMsPerToken float64 `json:"attn_ms_per_token"`
 
 	curve []float64 // bits at each predicted position 1..N-1, mean over the sequences (the plot)
+	// decodeMs and attnMs are each decode step's wall time, whole model and inside Step.Layer, in ms per
+	// decoded token (the step's time over the K sequences it decodes): the spread the means hide.
+	decodeMs, attnMs []float64
+	greedy           []int // the greedy continuation's tokens
 }
 
 // evalEviction is one --eviction entry.
@@ -201,6 +205,8 @@ type evalRun struct {
 	attnDur time.Duration
 	stepDur time.Duration
 	decoded int
+	// decodeMs and attnMs: per decode step, ms per decoded token (evalRow's fields of the same names)
+	decodeMs, attnMs []float64
 }
 
 func runEval(stdout, stderr io.Writer, o *evalOpts) error {
@@ -275,7 +281,7 @@ func runEval(stdout, stderr io.Writer, o *evalOpts) error {
 	var rows []evalRow
 	for _, plan := range plans {
 		bar := newProgress(stderr, o.quiet, plan.work(), "eval "+plan.m.Name)
-		got, err := plan.run(eng, info.Backend, bar)
+		_, got, err := plan.run(eng, info.Backend, bar)
 		bar.Finish()
 		if err != nil {
 			return err
@@ -403,19 +409,23 @@ func (p *evalPlan) stepsPerRun() int {
 	return steps
 }
 
-func (p *evalPlan) run(eng *gokv.Engine, backend string, bar *progressbar.ProgressBar) ([]evalRow, error) {
+// run makes the f32 full-cache reference run, then one run per (format, eviction). It returns the
+// reference's row (which gokv demo prints beside its formats) and the rows asked for; an f32 row with no
+// eviction is the reference's.
+func (p *evalPlan) run(eng *gokv.Engine, backend string, bar *progressbar.ProgressBar) (evalRow, []evalRow, error) {
 	f32 := gokv.Format{Kind: gokv.F32}
 	ref, err := p.runOne(eng, f32, evalEviction{name: "none"}, nil, bar)
 	if err != nil {
-		return nil, fmt.Errorf("%s f32 reference: %w", p.m.Name, err)
+		return evalRow{}, nil, fmt.Errorf("%s f32 reference: %w", p.m.Name, err)
 	}
+	ref.row.Backend = backend
 	var rows []evalRow
 	for _, f := range p.formats {
 		for _, ev := range p.evictions {
 			r := ref
 			if f != f32 || ev.sw != nil {
 				if r, err = p.runOne(eng, f, ev, ref, bar); err != nil {
-					return nil, fmt.Errorf("%s %s %s: %w", p.m.Name, f, ev.name, err)
+					return evalRow{}, nil, fmt.Errorf("%s %s %s: %w", p.m.Name, f, ev.name, err)
 				}
 			} else {
 				bar.Add(p.stepsPerRun()) // the reference itself
@@ -424,7 +434,7 @@ func (p *evalPlan) run(eng *gokv.Engine, backend string, bar *progressbar.Progre
 			rows = append(rows, r.row)
 		}
 	}
-	return rows, nil
+	return ref.row, rows, nil
 }
 
 // runOne scores the plan's sequences and makes the greedy continuation in one format and eviction; ref
@@ -492,6 +502,8 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 		run.stepDur += out.Timing.Total
 		run.attnDur += out.Timing.Attention
 		run.decoded += p.k
+		run.decodeMs = append(run.decodeMs, out.Timing.Total.Seconds()*1e3/float64(p.k))
+		run.attnMs = append(run.attnMs, out.Timing.Attention.Seconds()*1e3/float64(p.k))
 		bar.Add(1)
 	}
 	kvBytes := cache.Stats().BytesUsed
@@ -508,7 +520,8 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 
 	scored := p.k * (p.n - 1)
 	row := evalRow{Model: m.Name, Format: f.String(), Eviction: ev.name, Context: p.n, Sequences: p.k, Prefill: p.p,
-		Tokens: scored, GreedyTokens: p.greedy, KVBytes: kvBytes, curve: make([]float64, p.n-1)}
+		Tokens: scored, GreedyTokens: p.greedy, KVBytes: kvBytes, curve: make([]float64, p.n-1),
+		decodeMs: run.decodeMs, attnMs: run.attnMs, greedy: run.greedy}
 	total := 0.0
 	for pos, b := range bits {
 		total += b

@@ -196,3 +196,20 @@ func escapeByte(b byte) string {
 	}
 	return fmt.Sprintf(`\x%02x`, b)
 }
+
+// escapeLine renders byte tokens on one line: as escapeByte, but newline and tab written \n and \t, so
+// a continuation fits a row of a table.
+func escapeLine(toks []int) string {
+	var b strings.Builder
+	for _, t := range toks {
+		switch t {
+		case '\n':
+			b.WriteString(`\n`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			b.WriteString(escapeByte(byte(t)))
+		}
+	}
+	return b.String()
+}

@@ -97,3 +97,17 @@ func TestGenerateErrors(t *testing.T) {
 		assert.Contains(t, msg, tc.want, "%v", tc.args)
 	}
 }
+
+func TestEscapeLine(t *testing.T) {
+	for _, tc := range []struct {
+		toks []int
+		want string
+	}{
+		{nil, ""},
+		{[]int{'I', 'n', ' ', 'a'}, "In a"},
+		{[]int{'a', '\n', 'b', '\t', 'c'}, `a\nb\tc`},
+		{[]int{'\\', 0xab, '\r'}, `\\\xab\x0d`},
+	} {
+		assert.Equal(t, tc.want, escapeLine(tc.toks), "%v", tc.toks)
+	}
+}
