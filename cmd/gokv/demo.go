@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +23,10 @@ type demoOpts struct {
 	plot                    string
 	noPlot, json, quiet     bool
 	seed                    uint64
+
+	realModel, realText                    string
+	realModelSet, realTextSet, noRealModel bool // Set: given on the command line, not searched for
+	realContext, realSequences, realTokens int
 }
 
 func newDemoCmd(g *globalOpts) *cobra.Command {
@@ -37,14 +42,24 @@ The same tokens go, in lock-step, into one cache per format plus an f32 referenc
 a cache under the StreamingLLM policy SinkWindow{Sinks: 4, Window: 1024}. The context is prefilled in
 chunks; at 1/8, 1/4, 1/2 and all of it, --steps decode steps are timed. It reports, per format: the
 memory in use (measured), what it means for the whole model at 128K tokens (gokv plan), ms per decode
-step (attention of the layers run), accuracy vs f32 (cosine and max abs error of the attention outputs),
-and the memory SinkWindow saves. It writes a plot of latency and memory vs context (--plot).
+step (attention of the layers run: median and p10-p90 of the steps), accuracy vs f32 (cosine and max abs
+error of the attention outputs), and the memory SinkWindow saves. When p90/p10 of the steps timed at one
+context passes 1.5, the output says the machine was noisy.
 
-Quality measures that need a trained model (perplexity, token match) are not run: synthetic tensors have
-no language in them.`,
+Synthetic tensors have no language in them, so quality is measured on a real model instead: the
+real-model part runs a tiny byte-level Llama (--real-model, by default the repository's
+models/tiny-llama: 2.9M parameters, trained on the KJV Bible, context 512) over held-out text
+(--real-text) as gokv eval does, per format against the f32 full cache: bits per byte, top-1
+agreement, and a greedy continuation of a prompt from the text as gokv generate makes it; and what a
+decode step of the whole model costs (ms per token, tokens per second) beside its attention. A missing
+model directory or text file skips the part with a line that says so; --no-real-model skips it.
+
+It writes a PNG (--plot): latency and memory against the context, and the real model's top-1 agreement
+and bits per byte per format.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.quiet = g.quiet
+			o.realModelSet, o.realTextSet = cmd.Flags().Changed("real-model"), cmd.Flags().Changed("real-text")
 			return runDemo(cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
 	}
@@ -53,7 +68,7 @@ no language in them.`,
 	f.IntVar(&o.layers, "layers", 4, "layers to run (the first N of the model)")
 	f.IntVar(&o.context, "context", 32768, "tokens to prefill before the last decode steps")
 	f.StringVar(&o.formats, "formats", "f16,q4,kivi2", "formats, comma-separated")
-	f.IntVar(&o.steps, "steps", 4, "decode steps timed at each checkpoint")
+	f.IntVar(&o.steps, "steps", 16, "decode steps timed at each checkpoint (median and p10-p90 reported)")
 	f.IntVar(&o.chunk, "chunk", 2048, "prefill chunk in tokens")
 	f.StringVar(&o.backend, "backend", "auto", "backend: cpu, vulkan, metal, sycl or auto")
 	f.IntVar(&o.threads, "threads", 0, "CPU worker threads (0: all online CPUs)")
@@ -61,6 +76,12 @@ no language in them.`,
 	f.BoolVar(&o.noPlot, "no-plot", false, "write no plot")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic data")
 	f.BoolVar(&o.json, "json", false, "print the results as one JSON object")
+	f.StringVar(&o.realModel, "real-model", demoRealModelDir, "byte-level Llama directory of the real-model part (a relative default is searched for up the tree)")
+	f.StringVar(&o.realText, "real-text", demoRealTextFile, "held-out text of the real-model part")
+	f.BoolVar(&o.noRealModel, "no-real-model", false, "skip the real-model part")
+	f.IntVar(&o.realContext, "real-context", 0, "tokens per scored sequence, BOS included (0: the model's max_position_embeddings)")
+	f.IntVar(&o.realSequences, "real-sequences", 4, "sequences scored by the real-model part, decoded as one batch")
+	f.IntVar(&o.realTokens, "real-tokens", 60, "bytes of the real model's greedy continuation (0: none)")
 	return cmd
 }
 
@@ -79,7 +100,9 @@ type demoRun struct {
 
 type demoPoint struct {
 	Context int     `json:"context"`
-	Ms      float64 `json:"ms"`    // median decode step, attention of the layers run
+	Ms      float64 `json:"ms"` // median decode step, attention of the layers run
+	MsP10   float64 `json:"ms_p10"`
+	MsP90   float64 `json:"ms_p90"`
 	Bytes   uint64  `json:"bytes"` // cache bytes in use
 }
 
@@ -89,7 +112,9 @@ type demoFormat struct {
 	BytesUsed          uint64      `json:"bytes_used"`            // at the demo context, layers run
 	BytesPerTokenLayer float64     `json:"bytes_per_token_layer"` // measured, page rounding and KIVI ring included
 	FullModelAt128K    int64       `json:"full_model_bytes_128k"` // gokv.Plan for every layer of the model at 131072
-	DecodeMs           float64     `json:"decode_ms"`
+	DecodeMs           float64     `json:"decode_ms"`             // median at the demo context
+	DecodeMsP10        float64     `json:"decode_ms_p10"`
+	DecodeMsP90        float64     `json:"decode_ms_p90"`
 	CosVsF32           float64     `json:"cos_vs_f32"`
 	MaxAbsErr          float64     `json:"max_abs_err"`
 	SinkWindowBytes    uint64      `json:"sinkwindow_bytes"`
@@ -110,10 +135,25 @@ type demoReport struct {
 	Plot       string       `json:"plot,omitempty"`
 	NotRun     string       `json:"not_run"`
 	Prefill    string       `json:"prefill"` // how the context was filled
-	Seconds    float64      `json:"seconds"`
+	Steps      int          `json:"steps"`   // decode steps timed per checkpoint
+	// Spread is the largest p90/p10 of the steps timed at one context, over the formats and checkpoints;
+	// Noisy is set above demoNoisySpread.
+	Spread      float64 `json:"spread"`
+	Noisy       bool    `json:"noisy"`
+	LoadAverage float64 `json:"load_average,omitempty"` // 1-minute, at the end (Linux)
+	CPUs        int     `json:"cpus"`
+	// RealModel holds the real-model part's figures; RealModelSkipped says why it was not run.
+	RealModel        *demoRealModel `json:"real_model,omitempty"`
+	RealModelSkipped string         `json:"real_model_skipped,omitempty"`
+	Seconds          float64        `json:"seconds"`
 }
 
-const demoNotRun = "perplexity and token match need a trained model and real text; this demo's tensors are synthetic, so they are not run"
+const demoNotRun = "perplexity and token match on the synthetic tensors, which have no language in them"
+
+// demoNoisySpread is the p90/p10 of decode steps at one context above which the demo calls the machine
+// noisy: on a quiet machine the steps of one context differ by a few percent (the same work on the same
+// data), so a wider spread means other load took the cores.
+const demoNoisySpread = 1.5
 
 func runDemo(stdout, stderr io.Writer, o *demoOpts) error {
 	start := time.Now()
@@ -132,12 +172,17 @@ func runDemo(stdout, stderr io.Writer, o *demoOpts) error {
 	if o.steps < 1 || o.chunk < 1 {
 		return fmt.Errorf("--steps %d and --chunk %d must be >= 1", o.steps, o.chunk)
 	}
+	if o.context < 1 {
+		return fmt.Errorf("--context %d must be >= 1", o.context)
+	}
 	formats, err := parseFormats(o.formats)
 	if err != nil {
 		return fmt.Errorf("--formats: %w", err)
 	}
-	spec := full.Clone()
-	spec.Layers = spec.Layers[:o.layers]
+	realPart, err := prepareDemoReal(o, formats)
+	if err != nil {
+		return err
+	}
 
 	eng, err := gokv.Open(gokv.WithBackend(o.backend), gokv.WithThreads(o.threads), gokv.WithLogger(logger))
 	if err != nil {
@@ -148,24 +193,56 @@ func runDemo(stdout, stderr io.Writer, o *demoOpts) error {
 	if err != nil {
 		return err
 	}
+	rep := demoReport{Model: full.Name, Backend: info.Backend, Device: info.Name, Threads: info.Threads, LayersRun: o.layers,
+		Layers: len(full.Layers), SinkWindow: fmt.Sprintf("SinkWindow{Sinks: %d, Window: %d}", demoSinkWindow.Sinks,
+			demoSinkWindow.Window), NotRun: demoNotRun, Steps: o.steps, CPUs: runtime.NumCPU(), RealModelSkipped: realPart.skipped}
+	if rep.Model == "" {
+		rep.Model = o.model
+	}
+	if err := runDemoSynthetic(eng, full, formats, o, stderr, &rep); err != nil {
+		return err
+	}
+	if realPart.plan != nil {
+		if rep.RealModel, err = realPart.run(eng, info.Backend, stderr, o.quiet); err != nil {
+			return fmt.Errorf("real-model part: %w", err)
+		}
+		rep.NotRun += "; the real-model part measures bits per byte and top-1 instead"
+	}
+	rep.LoadAverage = demoLoadAverage()
+	if !o.noPlot && o.plot != "" {
+		if err := writeDemoPlot(o.plot, rep); err != nil {
+			return err
+		}
+		rep.Plot = o.plot
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	if o.json {
+		return writeJSON(stdout, rep)
+	}
+	printDemo(stdout, rep)
+	return nil
+}
 
+// runDemoSynthetic runs the synthetic part on the first o.layers layers of full: every cache prefilled
+// in lock-step, decode timed at each checkpoint; it fills rep's context, prefill, formats and spread. Its
+// caches are closed on return, before the real-model part runs.
+func runDemoSynthetic(eng *gokv.Engine, full gokv.ModelSpec, formats []gokv.Format, o *demoOpts, stderr io.Writer, rep *demoReport) error {
+	spec := full.Clone()
+	spec.Layers = spec.Layers[:o.layers]
 	writeOnly, err := probeWriteOnly(eng)
 	if err != nil {
 		return err
 	}
-	prefillHow := "chunks stored without attention (Step.Layer with q and out nil)"
+	rep.Prefill = "chunks stored without attention (Step.Layer with q and out nil)"
 	context := o.context
 	if !writeOnly {
 		// Without write-only steps every prefill chunk pays causal attention over all cached tokens:
 		// O(context^2), minutes at 32K. Keep the demo short rather than faithful.
-		prefillHow = "chunks with causal attention (this gokv has no write-only step)"
+		rep.Prefill = "chunks with causal attention (this gokv has no write-only step)"
 		if context > 2048 {
 			logger.Warn().Int("context", context).Msg("this gokv cannot store K/V without attending; prefill attention is quadratic, so the demo context is capped at 2048")
 			context = 2048
 		}
-	}
-	if context < 1 {
-		return fmt.Errorf("--context %d must be >= 1", o.context)
 	}
 	checkpoints := demoCheckpoints(context)
 
@@ -219,26 +296,23 @@ func runDemo(stdout, stderr io.Writer, o *demoOpts) error {
 			bar.Add(1)
 		}
 		for _, r := range runs {
-			r.points = append(r.points, demoPoint{Context: pos, Ms: median(times[r]), Bytes: r.cache.Stats().BytesUsed})
+			sp := newSpread(times[r])
+			r.points = append(r.points, demoPoint{Context: pos, Ms: sp.median, MsP10: sp.p10, MsP90: sp.p90,
+				Bytes: r.cache.Stats().BytesUsed})
 		}
 	}
 	bar.Finish()
 
-	rep := demoReport{Model: full.Name, Backend: info.Backend, Device: info.Name, Threads: info.Threads, LayersRun: o.layers,
-		Layers: len(full.Layers), Context: pos, SinkWindow: fmt.Sprintf("SinkWindow{Sinks: %d, Window: %d}", demoSinkWindow.Sinks,
-			demoSinkWindow.Window), NotRun: demoNotRun, Prefill: prefillHow}
-	if rep.Model == "" {
-		rep.Model = o.model
-	}
+	rep.Context = pos
 	ref := runs[0]
 	for _, r := range runs {
 		if r.role != "format" {
 			continue
 		}
 		last := r.points[len(r.points)-1]
-		df := demoFormat{Format: r.format.String(), BytesUsed: last.Bytes, DecodeMs: last.Ms, Points: r.points,
-			BytesPerTokenLayer: float64(last.Bytes) / float64(last.Context) / float64(o.layers),
-			CosVsF32:           cosine(r.final, ref.final), MaxAbsErr: maxAbsDiff(r.final, ref.final)}
+		df := demoFormat{Format: r.format.String(), BytesUsed: last.Bytes, DecodeMs: last.Ms, DecodeMsP10: last.MsP10,
+			DecodeMsP90: last.MsP90, Points: r.points, BytesPerTokenLayer: float64(last.Bytes) / float64(last.Context) / float64(o.layers),
+			CosVsF32: cosine(r.final, ref.final), MaxAbsErr: maxAbsDiff(r.final, ref.final)}
 		plan, err := gokv.Plan(full, gokv.PlanOptions{Format: r.format, Context: 131072})
 		if err != nil {
 			return err
@@ -250,19 +324,12 @@ func runDemo(stdout, stderr io.Writer, o *demoOpts) error {
 				df.SinkWindowSaved = last.Bytes - min(last.Bytes, df.SinkWindowBytes)
 			}
 		}
+		for _, p := range r.points {
+			rep.Spread = max(rep.Spread, p.MsP90/math.Max(p.MsP10, 1e-9))
+		}
 		rep.Formats = append(rep.Formats, df)
 	}
-	if !o.noPlot && o.plot != "" {
-		if err := writeDemoPlot(o.plot, rep); err != nil {
-			return err
-		}
-		rep.Plot = o.plot
-	}
-	rep.Seconds = time.Since(start).Seconds()
-	if o.json {
-		return writeJSON(stdout, rep)
-	}
-	printDemo(stdout, rep)
+	rep.Noisy = rep.Spread > demoNoisySpread
 	return nil
 }
 
@@ -413,15 +480,17 @@ func printDemo(w io.Writer, rep demoReport) {
 	fmt.Fprintf(w, "gokv demo: %s shape, %d of %d layers, %d-token context, %s on %s (%d threads)\n",
 		rep.Model, rep.LayersRun, rep.Layers, rep.Context, rep.Backend, rep.Device, rep.Threads)
 	fmt.Fprintf(w, "synthetic data: keys N(0,1) with 8/128 outlier channels x4, values and queries N(0,1); prefill: %s\n\n", rep.Prefill)
-	fmt.Fprintf(w, "%-14s %12s %11s %16s %10s %10s %11s\n", "format", "KV in use", "B/tok/layer", "full model @128K",
-		"decode ms", "cos f32", "max |err|")
+	fmt.Fprintf(w, "%-14s %12s %11s %16s %24s %10s %11s\n", "format", "KV in use", "B/tok/layer", "full model @128K",
+		"decode ms [p10-p90]", "cos f32", "max |err|")
 	for _, f := range rep.Formats {
-		fmt.Fprintf(w, "%-14s %12s %11.1f %16s %10.3f %10.6f %11.3g\n", f.Format, gokv.FormatSize(int64(f.BytesUsed)),
-			f.BytesPerTokenLayer, gokv.FormatSize(f.FullModelAt128K), f.DecodeMs, f.CosVsF32, f.MaxAbsErr)
+		fmt.Fprintf(w, "%-14s %12s %11.1f %16s %24s %10.6f %11.3g\n", f.Format, gokv.FormatSize(int64(f.BytesUsed)),
+			f.BytesPerTokenLayer, gokv.FormatSize(f.FullModelAt128K), spreadText(f.DecodeMs, f.DecodeMsP10, f.DecodeMsP90),
+			f.CosVsF32, f.MaxAbsErr)
 	}
 	fmt.Fprintf(w, "\nKV in use is measured (Cache.Stats) for the %d layers run; \"full model @128K\" is gokv plan for all %d layers.\n",
 		rep.LayersRun, rep.Layers)
-	fmt.Fprintf(w, "decode ms: one decode step, store + attention over the %d layers run (median).\n", rep.LayersRun)
+	fmt.Fprintf(w, "decode ms: one decode step, store + attention over the %d layers run: median [p10-p90] of %d steps.\n",
+		rep.LayersRun, rep.Steps)
 	if len(rep.Formats) > 0 {
 		base := rep.Formats[0]
 		for _, f := range rep.Formats[1:] {
@@ -429,6 +498,7 @@ func printDemo(w io.Writer, rep demoReport) {
 				float64(base.BytesUsed)/float64(max(f.BytesUsed, 1)), base.DecodeMs/math.Max(f.DecodeMs, 1e-9))
 		}
 	}
+	fmt.Fprintln(w, demoSpreadLine(rep))
 	fmt.Fprintf(w, "\n%s at %d tokens (attention sees the first %d and the last %d positions):\n", rep.SinkWindow, rep.Context,
 		demoSinkWindow.Sinks, demoSinkWindow.Window)
 	for _, f := range rep.Formats {
@@ -436,9 +506,29 @@ func printDemo(w io.Writer, rep demoReport) {
 			gokv.FormatSize(int64(f.BytesUsed)), gokv.FormatSize(int64(f.SinkWindowSaved)),
 			100*float64(f.SinkWindowSaved)/float64(max(f.BytesUsed, 1)))
 	}
+	fmt.Fprintln(w)
+	if rep.RealModel != nil {
+		printDemoReal(w, rep.RealModel)
+	} else {
+		fmt.Fprintf(w, "real model: %s\n", rep.RealModelSkipped)
+	}
 	fmt.Fprintf(w, "\nnot run: %s.\n", strings.TrimSuffix(rep.NotRun, "."))
 	if rep.Plot != "" {
 		fmt.Fprintf(w, "plot: %s\n", rep.Plot)
 	}
 	fmt.Fprintf(w, "done in %.1f s\n", rep.Seconds)
+}
+
+// demoSpreadLine says how much the timed steps varied at one context and, past demoNoisySpread, that
+// the machine was noisy, so a reader weighs the figures accordingly.
+func demoSpreadLine(rep demoReport) string {
+	load := ""
+	if rep.LoadAverage > 0 {
+		load = fmt.Sprintf(", load average %.1f on %d CPUs", rep.LoadAverage, rep.CPUs)
+	}
+	if rep.Noisy {
+		return fmt.Sprintf("noisy: other load on the machine (p90/p10 of the steps at one context up to %.2fx%s); compare the medians, and rerun on a quiet machine for absolute figures.",
+			rep.Spread, load)
+	}
+	return fmt.Sprintf("spread: p90/p10 of the steps at one context at most %.2fx%s.", rep.Spread, load)
 }
