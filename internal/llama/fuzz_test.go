@@ -2,6 +2,8 @@ package llama
 
 import (
 	"encoding/binary"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,6 +26,30 @@ func FuzzParseWeights(f *testing.F) {
 		w, err := parseWeights("fuzz.safetensors", data, cfg)
 		if err == nil && len(w.embed.Data) != cfg.VocabSize*cfg.HiddenSize {
 			t.Fatalf("embeddings have %d values", len(w.embed.Data))
+		}
+	})
+}
+
+// FuzzParseConfig: no config.json bytes make the parser panic; what it accepts is within its limits.
+func FuzzParseConfig(f *testing.F) {
+	for _, name := range []string{"tiny-llama", "tiny-sinks"} {
+		data, err := os.ReadFile(filepath.Join(modelDir(name), "config.json"))
+		require.NoError(f, err)
+		f.Add(data)
+	}
+	f.Add(mustJSON(tinyConfig()))
+	for _, bad := range []string{``, `{`, `[]`, `null`, `{"model_type":"llama"}`,
+		`{"model_type":"llama","hidden_size":-1,"num_hidden_layers":2147483647}`,
+		`{"model_type":"llama","hidden_size":1e300}`, `{"model_type":"llama","attention_sinks":"maybe"}`} {
+		f.Add([]byte(bad))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := parseConfig(data)
+		if err != nil {
+			return
+		}
+		if c.Layers < 1 || c.Layers > maxLayers || c.HiddenSize < 1 || c.HiddenSize > maxDim || c.HeadsQ < 1 {
+			t.Fatalf("accepted a config outside the limits: %+v", c)
 		}
 	})
 }
