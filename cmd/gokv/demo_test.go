@@ -76,6 +76,7 @@ func TestDemoTinyWritesPlotAndReport(t *testing.T) {
 	assert.Contains(t, rm.About, "not production quality")
 	assert.NotContains(t, rm.About, "KJV", "a model named by --real-model is not described as the repository's")
 	assert.Equal(t, "2Cor1:1 Paul, an apostle of Jesus Christ by the will of God, and", rm.Prompt)
+	assert.Equal(t, "f32", rm.Reference.Format)
 	assert.Equal(t, 1.0, rm.Reference.Top1Agree)
 	assert.Equal(t, 8, rm.Reference.GreedyMatch)
 	require.Len(t, rm.Formats, 3)
@@ -149,7 +150,8 @@ func TestDemoRealModelText(t *testing.T) {
 		"a tiny byte-level Llama (2.9M parameters, 4 layers, context 512) trained on the KJV Bible",
 		"not production quality",
 		"1 sequences x 32 tokens of ",
-		filepath.Join("models", "heldout", "kjv-heldout.txt") + " (BOS + 31 bytes each): a prefill step of 7, then 24 decode steps",
+		filepath.Join("models", "heldout", "kjv-heldout.txt") + " (BOS + 31 bytes each), every byte scored: a prefill step of 7 tokens,",
+		"then 24 decode steps of one token per sequence",
 		"ms/token [p10-p90]",
 		"attn ms/token [p10-p90]",
 		"f32 (ref)",
@@ -168,14 +170,23 @@ func TestDemoRealModelMissingSkips(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-such-model")
 	synth := []string{"--context", "16", "--layers", "1", "--steps", "1", "--chunk", "16", "--formats", "q4", "--no-plot"}
 	for _, tc := range []struct {
-		name string
-		args []string
-		want string
+		name  string
+		args  []string
+		chdir bool // run from an empty directory, where the default is not found
+		want  string
 	}{
-		{"model", []string{"--real-model", missing}, "real model: not run: no model directory " + missing + " (--real-model DIR names one)"},
-		{"text", []string{"--real-model", tinyLlama, "--real-text", missing}, "real model: not run: no text file " + missing + " (--real-text FILE names one)"},
+		{"model", []string{"--real-model", missing}, false, "real model: not run: no model directory " + missing},
+		{"text", []string{"--real-model", tinyLlama, "--real-text", missing}, false, "real model: not run: no text file " + missing},
+		{"default", nil, true, "real model: not run: no model directory models/tiny-llama in the working directory, the executable's, " +
+			"or their parents (--real-model DIR names one)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.chdir {
+				wd, err := os.Getwd()
+				require.NoError(t, err)
+				require.NoError(t, os.Chdir(t.TempDir()))
+				defer os.Chdir(wd)
+			}
 			s := runDemoCLI(t, append(synth, tc.args...)...)
 			assert.Contains(t, s, tc.want+"\n")
 			assert.Contains(t, s, "done in")

@@ -87,11 +87,11 @@ func prepareDemoReal(o *demoOpts, formats []gokv.Format) (*demoReal, error) {
 	}
 	dir, ok := findInRepo(o.realModel, !o.realModelSet)
 	if !ok {
-		return &demoReal{skipped: fmt.Sprintf("not run: no model directory %s%s (--real-model DIR names one)", o.realModel, lookedIn(o.realModelSet))}, nil
+		return &demoReal{skipped: fmt.Sprintf("not run: no model directory %s%s", o.realModel, lookedIn(o.realModelSet, "--real-model DIR"))}, nil
 	}
 	text, ok := findInRepo(o.realText, !o.realTextSet)
 	if !ok {
-		return &demoReal{skipped: fmt.Sprintf("not run: no text file %s%s (--real-text FILE names one)", o.realText, lookedIn(o.realTextSet))}, nil
+		return &demoReal{skipped: fmt.Sprintf("not run: no text file %s%s", o.realText, lookedIn(o.realTextSet, "--real-text FILE"))}, nil
 	}
 	m, err := llama.Load(dir)
 	if err != nil {
@@ -145,12 +145,13 @@ func prepareDemoReal(o *demoOpts, formats []gokv.Format) (*demoReal, error) {
 	return &demoReal{plan: plan, dir: dir, text: text, about: about}, nil
 }
 
-// lookedIn says where a path given by default was searched.
-func lookedIn(set bool) string {
+// lookedIn says where a default path was searched and which flag names another; nothing for a path
+// given on the command line, which is taken as it is.
+func lookedIn(set bool, flag string) string {
 	if set {
 		return ""
 	}
-	return " in the working directory, the executable's, or their parents"
+	return fmt.Sprintf(" in the working directory, the executable's, or their parents (%s names one)", flag)
 }
 
 // findInRepo resolves path: as given when it exists; otherwise, when search is set and path is
@@ -216,7 +217,7 @@ func (d *demoReal) run(eng *gokv.Engine, backend string, stderr io.Writer, quiet
 	c := p.m.Config
 	rm := &demoRealModel{Model: p.m.Name, Dir: d.dir, Text: d.text, Parameters: modelParameters(c), Layers: c.Layers,
 		MaxContext: c.MaxPositions, About: d.about, Sequences: p.k, Context: p.n, Prefill: p.p, DecodeSteps: p.n - 1 - p.p,
-		Scored: ref.Tokens, Prompt: escapeLine(p.prompt[1:]), Reference: newDemoRealFormat("f32 (ref)", ref)}
+		Scored: ref.Tokens, Prompt: escapeLine(p.prompt[1:]), Reference: newDemoRealFormat("f32", ref)}
 	for _, r := range rows {
 		rm.Formats = append(rm.Formats, newDemoRealFormat(r.Format, r))
 	}
@@ -239,12 +240,15 @@ func newDemoRealFormat(name string, r evalRow) demoRealFormat {
 
 func printDemoReal(w io.Writer, rm *demoRealModel) {
 	fmt.Fprintf(w, "real model: %s (%s), %s.\n", rm.Model, rm.Dir, rm.About)
-	fmt.Fprintf(w, "%d sequences x %d tokens of %s (BOS + %d bytes each): a prefill step of %d, then %d decode steps of one token\n",
-		rm.Sequences, rm.Context, rm.Text, rm.Context-1, rm.Prefill, rm.DecodeSteps)
-	fmt.Fprintf(w, "per sequence; every byte scored; top1 and greedy against the f32 full cache.\n\n")
+	fmt.Fprintf(w, "%d sequences x %d tokens of %s (BOS + %d bytes each), every byte scored: a prefill step of %d tokens,\n",
+		rm.Sequences, rm.Context, rm.Text, rm.Context-1, rm.Prefill)
+	fmt.Fprintf(w, "then %d decode steps of one token per sequence; top1 and greedy against the f32 full cache.\n\n", rm.DecodeSteps)
 	fmt.Fprintf(w, "%-14s %9s %7s %8s %10s %24s %8s %24s %6s\n", "format", "bits/byte", "top1", "greedy", "KV bytes",
 		"ms/token [p10-p90]", "tok/s", "attn ms/token [p10-p90]", "attn")
-	for _, f := range append([]demoRealFormat{rm.Reference}, rm.Formats...) {
+	for i, f := range append([]demoRealFormat{rm.Reference}, rm.Formats...) {
+		if i == 0 {
+			f.Format += " (ref)"
+		}
 		fmt.Fprintf(w, "%-14s %9.4f %7.4f %8s %10s %24s %8.0f %24s %5.0f%%\n", f.Format, f.BitsPerByte, f.Top1Agree,
 			fmt.Sprintf("%d/%d", f.GreedyMatch, f.GreedyTokens), gokv.FormatSize(int64(f.KVBytes)),
 			spreadText(f.MsPerToken, f.MsPerTokenP10, f.MsPerTokenP90), f.TokensPerSecond,
@@ -257,7 +261,10 @@ func printDemoReal(w io.Writer, rm *demoRealModel) {
 	fmt.Fprintf(w, "Step.Layer (K/V store + attention), and its share of the step.\n")
 	if rm.Reference.GreedyTokens > 0 {
 		fmt.Fprintf(w, "\ngreedy, %d bytes after BOS + \"%s\":\n", rm.Reference.GreedyTokens, rm.Prompt)
-		for _, f := range append([]demoRealFormat{rm.Reference}, rm.Formats...) {
+		for i, f := range append([]demoRealFormat{rm.Reference}, rm.Formats...) {
+			if i == 0 {
+				f.Format += " (ref)"
+			}
 			fmt.Fprintf(w, "  %-14s %s\n", f.Format, f.Continuation)
 		}
 	}
