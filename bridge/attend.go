@@ -26,10 +26,10 @@ const (
 // DefaultChunkSize is the split-K chunk the backends use when AttendBatch.ChunkSize is 0.
 const DefaultChunkSize = 512
 
-// AttendBatch is one batched attention call over n sequences of one pool (gokv_attend_desc, DESIGN.md §5).
-// Sequence i has KVLen[i] stored tokens and the query rows [QIndptr[i], QIndptr[i+1]) at positions
-// QPos[i], QPos[i]+1, ... (decode: one row at KVLen[i]-1; prefill: T rows ending at KVLen[i]-1, after their
-// K/V were written). Head h reads kv head h / (HeadsQ / KVHeads).
+// AttendBatch is one batched attention call over n sequences of one pool (gokv_attend_desc,
+// docs/architecture.md §5). Sequence i has KVLen[i] stored tokens and the query rows [QIndptr[i],
+// QIndptr[i+1]) at positions QPos[i], QPos[i]+1, ... (decode: one row at KVLen[i]-1; prefill: T rows ending
+// at KVLen[i]-1, after their K/V were written). Head h reads kv head h / (HeadsQ / KVHeads).
 //
 // A query at position p sees token t iff t < KVLen, t <= p, the page of t is not released (page id -1),
 // bit t of its validity mask is set (when ValidMask is given), and (Window == 0 or t > p - Window or

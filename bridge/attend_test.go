@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// attendCase is one variant of the attention call (DESIGN.md §5).
+// attendCase is one variant of the attention call (docs/architecture.md §5).
 type attendCase struct {
 	name        string
 	prefillRows int // query rows per sequence ending at kv_len-1; 0 = decode (one row)
@@ -89,7 +89,7 @@ func buildAttend(c *cache, tc attendCase, headsQ int, rng *rand.Rand) attendInpu
 	return in
 }
 
-// referenceAttend is DESIGN.md §5 in float64 over the dequantized K/V that Read returned:
+// referenceAttend is docs/architecture.md §5 in float64 over the dequantized K/V that Read returned:
 // s_t = α q·k_t, m = max(max_t s_t, σ), out = Σ e^(s_t-m) v_t / (Σ e^(s_t-m) + e^(σ-m)), zeros if nothing is visible.
 func referenceAttend(c *cache, in attendInput, k, v [][]float32) []float64 {
 	b := &in.batch

@@ -7,7 +7,7 @@
 // passed to C only for the duration of a call (pinned with runtime.Pinner) and C never retains it.
 //
 // The CPU module is compiled by cgo from this directory: the core's *.c files directly and the CPU
-// backend through gokv_unity.c. No -march flag: SIMD paths are chosen at run time (DESIGN.md §2).
+// backend through gokv_unity.c. No -march flag: SIMD paths are chosen at run time (docs/architecture.md §2).
 //
 // This package is internal to gokv's use: the public API is package gokv.
 package bridge
@@ -59,7 +59,7 @@ func Backends() []string {
 	return names
 }
 
-// Format is a storage format of K and V (GOKV_FORMAT_*, DESIGN.md §4).
+// Format is a storage format of K and V (GOKV_FORMAT_*, docs/architecture.md §4).
 type Format int32
 
 // The storage formats.

@@ -15,7 +15,7 @@
  * Positions: token i of a sequence sits at position i, in page page_ids[i / page_size], slot i % page_size.
  * A page id < 0 in a page table marks a page that was released (evicted): its tokens are invisible.
  *
- * The math, formats and layouts are DESIGN.md §3-§5; the layout of a page is in gokv_layout.h.
+ * The math, formats and layouts are docs/architecture.md §3-§5; the layout of a page is in gokv_layout.h.
  */
 #ifndef GOKV_H
 #define GOKV_H
@@ -64,7 +64,7 @@ typedef void (*gokv_log_fn)(void *user, int32_t level, const char *backend, cons
 /* Installs the process-wide log callback (NULL: silent, the default); messages below min_level are dropped. */
 gokv_status gokv_set_log_callback(gokv_log_fn fn, void *user, int32_t min_level);
 
-/* ---- storage formats (DESIGN.md §4) ---- */
+/* ---- storage formats (docs/architecture.md §4) ---- */
 enum {
     GOKV_FORMAT_F32 = 0,
     GOKV_FORMAT_F16 = 1,
@@ -194,7 +194,7 @@ typedef struct gokv_copy_desc {
 } gokv_copy_desc;
 gokv_status gokv_pool_copy(gokv_pool *pool, const gokv_copy_desc *desc);
 
-/* ---- attention (DESIGN.md §5) ---- */
+/* ---- attention (docs/architecture.md §5) ---- */
 enum {
     /* Use the dequantize-then-attend baseline (materializes f32 K/V, then attends): benchmarks only. The
      * CPU backend keeps the f32 copy's memory on the device, grown to the largest call, until it closes. */

@@ -37,9 +37,9 @@ typedef struct gokv_backend {
 } gokv_backend;
 
 /* The token ranges that queries at positions [p0, p1] of a sequence of kv_len tokens can see under the
- * call's window W and sink tokens (DESIGN.md §5): [0, min(p1 + 1, kv_len)) without a window, else the sink
- * tokens [0, n_sink) and the window (p0 - W, p1], merged when they touch. At most two, in order; returns
- * how many. Every backend cuts its attention work along these ranges, so only they are ever read. */
+ * call's window W and sink tokens (docs/architecture.md §5): [0, min(p1 + 1, kv_len)) without a window, else
+ * the sink tokens [0, n_sink) and the window (p0 - W, p1], merged when they touch. At most two, in order;
+ * returns how many. Every backend cuts its attention work along these ranges, so only they are ever read. */
 typedef struct gokv_range {
     int32_t lo, hi;
 } gokv_range;

@@ -2,9 +2,10 @@
  * gokv_cgo.h: the C half of the cgo glue (package bridge), included by the cgo preamble of each Go file
  * that calls the ABI. Not part of the ABI and not compiled by CMake.
  *
- * Why wrappers: gokv_last_error() is thread-local, and a goroutine may move to another OS thread between
- * two cgo calls (STYLE trait 4). Each wrapper makes the ABI call and, on failure, copies the message in the
- * same C call. The copy is malloc'ed only on failure, so a successful call allocates nothing; Go frees it.
+ * Why wrappers: gokv_last_error() is thread-local, and a goroutine may move to another OS thread between two
+ * cgo calls (docs/architecture.md §3). Each wrapper makes the ABI call and, on failure, copies the message in
+ * the same C call. The copy is malloc'ed only on failure, so a successful call allocates nothing; Go frees
+ * it.
  *
  * Descriptors arrive from Go as Go-allocated C structs whose pointers refer to Go memory pinned by a
  * runtime.Pinner for the duration of the call; nothing here keeps a pointer after returning.

@@ -1,5 +1,5 @@
 /*
- * gokv_layout.h: the byte layout of one page and one KIVI residual slot (DESIGN.md §4). Shared by the
+ * gokv_layout.h: the byte layout of one page and one KIVI residual slot (docs/architecture.md §4). Shared by the
  * core, every backend and the tests, so that "what is stored" has one definition.
  *
  * A page holds P tokens of every kv head. Heads follow each other, and one head's block holds its sections

@@ -63,7 +63,7 @@ func TestDeviceInfo(t *testing.T) {
 }
 
 // TestRoundTrip writes random K/V in every format and checks each dequantized element against the
-// bound of its format (DESIGN.md §4), fp16 rounding of scale and bias included.
+// bound of its format (docs/architecture.md §4), fp16 rounding of scale and bias included.
 func TestRoundTrip(t *testing.T) {
 	dev := openCPU(t)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -83,8 +83,8 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestConstantGroup checks the known value of DESIGN.md §4: a constant group stores s = 0 and reconstructs
-// exactly (never NaN).
+// TestConstantGroup checks the known value of docs/architecture.md §4: a constant group stores s = 0 and
+// reconstructs exactly (never NaN).
 func TestConstantGroup(t *testing.T) {
 	dev := openCPU(t)
 	for _, f := range []Format{FormatQ8, FormatQ4, FormatKIVI2, FormatKIVI4} {
@@ -158,7 +158,7 @@ func checkRoundTrip(t *testing.T, d PoolDesc, what string, x, got []float32, n, 
 	}
 }
 
-// quantBound is the worst reconstruction error of one affine group (DESIGN.md §4) with fp16 s and b:
+// quantBound is the worst reconstruction error of one affine group (docs/architecture.md §4) with fp16 s and b:
 // half a step, plus what the fp16 rounding of s (times the top code) and of b can add, plus f32 slack.
 // It also returns the step s.
 func quantBound(vals []float32, bits int) (bound, step float64) {

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The Vulkan backend through the bridge (DESIGN.md §8, cross-backend): the same inputs on "vulkan" and
-// "cpu", every format, GQA and MLA, sinks, windows, holes, decode and prefill. Run with
-// GOKV_VULKAN_VALIDATION=1 (as CI does, on lavapipe) so that the Khronos validation layer checks every
-// call; any validation message fails the test that caused it.
+// The Vulkan backend through the bridge (docs/architecture.md §8, cross-backend): the same inputs on "vulkan"
+// and "cpu", every format, GQA and MLA, sinks, windows, holes, decode and prefill. Run with
+// GOKV_VULKAN_VALIDATION=1 (as CI does, on lavapipe) so that the Khronos validation layer checks every call;
+// any validation message fails the test that caused it.
 //
 // Tolerances: each backend against the float64 reference over its own Read output as in attend_test.go
 // (1e-3 per element, relative to 1 + |reference|); Vulkan against the CPU twice that (each is within

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// FormatKind names a KV storage format (DESIGN.md §4). The values equal the C ABI's GOKV_FORMAT_*
+// FormatKind names a KV storage format (docs/architecture.md §4). The values equal the C ABI's GOKV_FORMAT_*
 // enum in bridge/gokv.h, so a FormatKind crosses the ABI as an int32 unchanged.
 type FormatKind int32
 
@@ -62,7 +62,7 @@ func (k FormatKind) Quantized() bool { return k >= Q8 && k <= KIVI4 }
 // IsKIVI reports whether the kind quantizes keys per channel and keeps a full-precision residual.
 func (k FormatKind) IsKIVI() bool { return k == KIVI2 || k == KIVI4 }
 
-// Format is the storage format of one layer's keys and values (DESIGN.md §4).
+// Format is the storage format of one layer's keys and values (docs/architecture.md §4).
 //
 // Group is the quantization group g (32, 64 or 128) for the quantized kinds and 0 for f32/f16: along
 // head_dim for q8/q4 and for KIVI values, along consecutive tokens for KIVI keys. Residual is KIVI's R,

@@ -209,7 +209,7 @@ func TestFormatQuantizedTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, kivi.QuantizedTokens(tt.n), "n=%d", tt.n)
-		// Invariant (DESIGN.md §4): the newest R tokens are never quantized, and fewer than R+G stay fp16.
+		// Invariant (docs/architecture.md §4): the newest R tokens are never quantized, and fewer than R+G stay fp16.
 		if tt.n >= 128 {
 			fp16 := tt.n - kivi.QuantizedTokens(tt.n)
 			assert.GreaterOrEqual(t, fp16, 128)

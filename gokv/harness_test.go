@@ -245,8 +245,9 @@ func (h *tcache) deqRead(st *Step, l, i int) (k, v []float32) {
 	return b.K, b.V
 }
 
-// refAttend is DESIGN.md §5 in float64 for one query row q [HeadsQ, dk] at position p over the tokens t
-// with vis(t): keys k [t, HeadsKV, dk], values v [t, HeadsKV, dv] (nil for MLA: the first dv dims of k).
+// refAttend is docs/architecture.md §5 in float64 for one query row q [HeadsQ, dk] at position p over the
+// tokens t with vis(t): keys k [t, HeadsKV, dk], values v [t, HeadsKV, dv] (nil for MLA: the first dv dims of
+// k).
 func refAttend(l LayerSpec, q, k, v []float32, p int, vis func(int) bool, scale float64, sinks []float32) []float64 {
 	dk, dv, hkv := l.HeadDimK, l.HeadDimV, l.HeadsKV
 	out := make([]float64, l.HeadsQ*dv)

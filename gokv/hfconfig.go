@@ -46,8 +46,8 @@ func LoadHFConfig(path string) (ModelSpec, error) {
 	return spec, nil
 }
 
-// FromHFConfig detects a model's attention geometry from a HuggingFace config.json (seed 001's
-// auto-detection, extended to hybrid models). Rules, in order:
+// FromHFConfig detects a model's attention geometry from a HuggingFace config.json (the auto-detection of
+// kvcached's multi-attention-type RFC, extended to hybrid models). Rules, in order:
 //
 //   - Multimodal wrappers: the fields of "text_config" override the top level (Gemma 3, Llama 4 style).
 //   - Layers: num_hidden_layers (aliases n_layer, num_layers). Query heads: num_attention_heads (n_head).

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// AttentionKind is how a layer's query heads share its cached keys and values (DESIGN.md §5, seed 001).
+// AttentionKind is how a layer's query heads share its cached keys and values (docs/architecture.md §5).
 type AttentionKind int
 
 // The attention kinds.
@@ -46,8 +46,8 @@ func ClassifyHeads(headsQ, headsKV int) AttentionKind {
 	return GQA
 }
 
-// DefaultSinkTokens is StreamingLLM's number of attention-sink positions (the first tokens of a
-// sequence) that a cache keeps visible and never evicts, for models without learned sinks (DESIGN.md §5).
+// DefaultSinkTokens is StreamingLLM's number of attention-sink positions (the first tokens of a sequence)
+// that a cache keeps visible and never evicts, for models without learned sinks (docs/architecture.md §5).
 const DefaultSinkTokens = 4
 
 // LayerSpec is the attention geometry of one layer: what its KV cache stores per token and which tokens

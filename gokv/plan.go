@@ -35,7 +35,7 @@ type PlanOptions struct {
 	// Sequences is the number of concurrent sequences of Context tokens each; 0 means 1.
 	Sequences int
 	// PageSize is P, tokens per page: a multiple of 8 in [8, 1024] and of the group size of every KIVI
-	// format in use; 0 means 64 (DESIGN.md §6).
+	// format in use; 0 means 64 (docs/architecture.md §6).
 	PageSize int
 	// MemoryBytes is the memory the KV cache shares with the weights and the runtime (e.g. a GPU's
 	// memory or a Mac's unified memory); 0 means no budget (MaxContext is not computed).
@@ -104,11 +104,11 @@ type PlanResult struct {
 	MaxContextUnbounded bool
 }
 
-// Plan computes the KV cache memory of spec at opts.Context tokens per sequence, layer by layer, and
-// the largest context that fits the memory budget (DESIGN.md §6). For every layer it counts whole pages
-// of the C layout (so the figures are what gokv allocates), the KIVI residual ring separately, and for
-// sliding-window layers only min(Context, Window + SinkTokens) tokens: it assumes the cache frees pages
-// that fall out of the window and compacts holes, so a windowed layer needs ceil(held / P) pages.
+// Plan computes the KV cache memory of spec at opts.Context tokens per sequence, layer by layer, and the
+// largest context that fits the memory budget (docs/architecture.md §6). For every layer it counts whole
+// pages of the C layout (so the figures are what gokv allocates), the KIVI residual ring separately, and for
+// sliding-window layers only min(Context, Window + SinkTokens) tokens: it assumes the cache frees pages that
+// fall out of the window and compacts holes, so a windowed layer needs ceil(held / P) pages.
 //
 // It reproduces Open-TQ-Metal's figures for Llama-3.1-70B at 131072 tokens: f16 = 42,949,672,960 bytes
 // (40 GiB, eq. 1) and q4:32 = 13,421,772,800 bytes (12.5 GiB). Plan is a pure function, safe for

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Open-TQ-Metal (seed 003): Llama 3.1 70B with 4-bit weights (39.1 GB) + 2 GB runtime overhead on a
+// The Open-TQ-Metal paper: Llama 3.1 70B with 4-bit weights (39.1 GB) + 2 GB runtime overhead on a
 // 64 GB Mac. Its sizes are binary: eq. 1 gives 2*80*8*128K*128*2 bytes = 40 "GB", which is exactly
 // 40 GiB, and the "64 GB" Mac has 64 GiB. Read as GiB, the planner gives 75,008 (f16) and 240,064 (q4)
 // tokens: the paper's 73K and 236K within 2.8% and 1.7% (and within 0.4% and 0.7% if its K is 1024).

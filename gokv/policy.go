@@ -1,7 +1,7 @@
 package gokv
 
-// Eviction policies (DESIGN.md §6). The cache, not the policy, enforces the sink rule: positions below a
-// group's sink count are never released, so no policy can forget it.
+// Eviction policies (docs/architecture.md §6). The cache, not the policy, enforces the sink rule: positions
+// below a group's sink count are never released, so no policy can forget it.
 //
 // Today the policies are Full (CacheOptions.Eviction == nil: keep everything) and SinkWindow; sliding-
 // window layers (LayerSpec.Window > 0) always behave like a SinkWindow of their own width. Both release

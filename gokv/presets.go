@@ -41,7 +41,7 @@ var presetTable = []presetEntry{
 	// hidden_size 4096 (head_dim 128), max_position_embeddings 131072.
 	{"llama-3.1-8b", func() ModelSpec { return presetUniform(32, AttentionLayer(32, 8, 128), 131072) }},
 	// meta-llama/Llama-3.1-70B: 80 layers, 64 heads, 8 kv heads, hidden_size 8192 (head_dim 128).
-	// Open-TQ-Metal's planning example (DESIGN.md §6).
+	// Open-TQ-Metal's planning example (docs/architecture.md §6).
 	{"llama-3.1-70b", func() ModelSpec { return presetUniform(80, AttentionLayer(64, 8, 128), 131072) }},
 	// mistralai/Mistral-7B-v0.3: 32 layers, 32 heads, 8 kv heads, head_dim 128, "sliding_window": null
 	// (full attention on every layer), max_position_embeddings 32768.

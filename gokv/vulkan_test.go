@@ -14,11 +14,11 @@ import (
 	"github.com/gokv/gokv/bridge"
 )
 
-// The engine on the Vulkan backend (DESIGN.md §8): the same Cache/Step flows as step_test.go, run with
-// WithBackend("vulkan") and WithBackend("cpu") on identical inputs (the harness draws every input from
+// The engine on the Vulkan backend (docs/architecture.md §8): the same Cache/Step flows as step_test.go, run
+// with WithBackend("vulkan") and WithBackend("cpu") on identical inputs (the harness draws every input from
 // its seed). Each step is checked against the float64 references (tolFor, as on the CPU), and the two
-// backends' outputs against each other (2e-3 per element relative to 1 + |cpu|: each is within 1e-3 of
-// the same reference). Run with GOKV_VULKAN_VALIDATION=1: any Vulkan validation message fails the test.
+// backends' outputs against each other (2e-3 per element relative to 1 + |cpu|: each is within 1e-3 of the
+// same reference). Run with GOKV_VULKAN_VALIDATION=1: any Vulkan validation message fails the test.
 
 // syncBuffer is a log sink that native callbacks may write from any thread.
 type syncBuffer struct {

@@ -1,7 +1,7 @@
 # Compiler flags shared by every gokv target.
 #
 # No -march: one build serves every CPU of an architecture; SIMD kernels carry function-level target
-# attributes and are chosen at run time (DESIGN.md §2). Fast-math stays off (STYLE trait 6): the kernels
+# attributes and are chosen at run time (docs/architecture.md §2). Fast-math stays off: the kernels
 # rely on IEEE semantics (inf in the softmax max, NaN checks in validation). C is compiled as ISO C11
 # (-std=c11, as cgo does), so both builds see the same language.
 include_guard(GLOBAL)

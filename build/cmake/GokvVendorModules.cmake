@@ -1,4 +1,4 @@
-# Vendor modules (DESIGN.md §7). Vulkan is built when its SDK is found; Metal and SYCL are not
+# Vendor modules (docs/architecture.md §7). Vulkan is built when its SDK is found; Metal and SYCL are not
 # implemented yet: their checks only report what they found, so that turning an option on never pretends
 # to build a module that does not exist.
 include_guard(GLOBAL)

@@ -15,7 +15,7 @@ import (
 	"github.com/gokv/gokv/gokv"
 )
 
-// ---- an independent float64 model of what `gokv attend` computes (DESIGN.md §4, §5) ----
+// ---- an independent float64 model of what `gokv attend` computes (docs/architecture.md §4, §5) ----
 
 // refQuantGroup applies §4's rule to a group as the C core does: s and b rounded to fp16 first, then
 // q = clamp(floor((x - b) / s + 1/2), 0, 2^bits - 1) in float32, x̂ = q·s + b (s == 0 reads back b).

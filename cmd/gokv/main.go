@@ -72,7 +72,8 @@ full-precision recent tokens, default 128).`,
 	return root
 }
 
-// logger is the CLI's logger: human-readable on stderr (the library's default is silent, STYLE.md 11).
+// logger is the CLI's logger: human-readable on stderr (the library's own default is silent:
+// docs/architecture.md §3).
 var logger = zerolog.Nop()
 
 // setupLogging installs the console logger at the chosen level and forwards native log messages to it

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The Open-TQ-Metal figures of DESIGN.md §6 for Llama 3.1 70B.
+// The Open-TQ-Metal figures of docs/architecture.md §6 for Llama 3.1 70B.
 func TestPlanLlama70B(t *testing.T) {
 	cases := []struct {
 		format          string

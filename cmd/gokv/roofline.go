@@ -1,6 +1,6 @@
 package main
 
-// ceilings are the machine's two limits of DESIGN.md §9, measured on the machine bench runs on.
+// ceilings are the machine's two limits of docs/architecture.md §9, measured on the machine bench runs on.
 type ceilings struct {
 	ReadGBps   float64 // streaming read bandwidth, 1e9 bytes/s
 	PeakGFLOPs float64 // float32 FMA peak, an FMA counting 2; 0 if not measured

@@ -1,7 +1,8 @@
 package main
 
-// The CPU module's measurements of DESIGN.md §9 (native/cpu/roofline.c). The symbols are linked through
-// package bridge's cgo build, which compiles the whole CPU module; this file only includes the header.
+// The CPU module's measurements of docs/architecture.md §9 (native/cpu/roofline.c). The symbols are linked
+// through package bridge's cgo build, which compiles the whole CPU module; this file only includes the
+// header.
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../bridge -I${SRCDIR}/../../native/cpu

@@ -119,7 +119,7 @@ func parseInts(flag, list string) ([]int, error) {
 	return out, nil
 }
 
-// pageSizeFor returns the page size the CLI uses for a format: 64 tokens (DESIGN.md §6), or the group
+// pageSizeFor returns the page size the CLI uses for a format: 64 tokens (docs/architecture.md §6), or the group
 // when a KIVI group is larger (KIVI pages hold whole key groups).
 func pageSizeFor(f gokv.Format) int {
 	if f.Kind.IsKIVI() && f.Group > 64 {

@@ -1,5 +1,5 @@
 /*
- * attend.c: fused decode and prefill attention straight from the compressed pages (DESIGN.md §5).
+ * attend.c: fused decode and prefill attention straight from the compressed pages (docs/architecture.md §5).
  *
  * Work is cut into items: (sequence, range of kv heads, tile of query rows, chunk of visible tokens). An
  * item handles every query head of its kv heads (G = Hq / Hkv) for its rows, so each K/V element is decoded

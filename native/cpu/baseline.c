@@ -1,12 +1,13 @@
 /*
- * baseline.c: dequantize-then-attend, the comparison point of the benchmarks (what MLX does for sinks in
- * seed 000 and what Open-TQ-Metal measures its 48x against). Every page a call touches is first expanded
- * to a materialized f32 copy (the transient memory and bandwidth the fused path avoids), then the f32
- * pages are attended with the same kernels. Kept as a named path, selected by GOKV_ATTEND_DEQUANT_BASELINE.
- * A fair one, as an engine would run it: the pages are dequantized by the call's kernel table (SIMD unless
- * GOKV_ATTEND_FORCE_SCALAR), into a copy the device keeps between calls (no fresh memory to fault in). With
- * the scalar dequantize and a calloc per call, the fused q4 path measured 116-140x faster at 32K-128K; the
- * gap left is the f32 copy's writing and reading, which is what the comparison is about.
+ * baseline.c: dequantize-then-attend, the comparison point of the benchmarks (what an MLX server falls back
+ * to for models with learned sinks, and what Open-TQ-Metal measures its 48x against). Every page a call
+ * touches is first expanded to a materialized f32 copy (the transient memory and bandwidth the fused path
+ * avoids), then the f32 pages are attended with the same kernels. Kept as a named path, selected by
+ * GOKV_ATTEND_DEQUANT_BASELINE. A fair one, as an engine would run it: the pages are dequantized by the
+ * call's kernel table (SIMD unless GOKV_ATTEND_FORCE_SCALAR), into a copy the device keeps between calls (no
+ * fresh memory to fault in). With the scalar dequantize and a calloc per call, the fused q4 path measured
+ * 116-140x faster at 32K-128K; the gap left is the f32 copy's writing and reading, which is what the
+ * comparison is about.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>

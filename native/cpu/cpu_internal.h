@@ -178,7 +178,7 @@ gokv_status cpu_attend(void *dev, void *pool, const gokv_layout *L, const gokv_a
 void cpu_read_sequence(const cpu_kernels *kern, const cpu_pool *p, const gokv_layout *L, const int32_t *ids,
                        int32_t kv_len, int32_t slot, int32_t start, int32_t n, float *k_out, float *v_out);
 
-/* The dequantize-then-attend baseline (DESIGN.md §9's comparison point): baseline.c. */
+/* The dequantize-then-attend baseline (docs/architecture.md §9's comparison point): baseline.c. */
 gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, const gokv_layout *L,
                                         const gokv_attend_desc *d);
 

@@ -33,7 +33,7 @@ int32_t gokv_cpu_simd_level(void);
 int32_t gokv_cpu_set_simd_limit(int32_t level);
 const char *gokv_cpu_simd_name(int32_t level);
 
-/* The two ceilings of DESIGN.md §9 on this machine (roofline.c), with the best SIMD path the CPU has.
+/* The two ceilings of docs/architecture.md §9 on this machine (roofline.c), with the best SIMD path the CPU has.
  * Each takes a fraction of a second and spawns its own n_threads (0 = all online CPUs); 0.0 on failure.
  * gokv_cpu_measure_read_gbps: streaming read bandwidth in GB/s (1e9 bytes/s), best of 5 passes over a
  * buffer of `bytes` (0 = 1 GiB; it should be many times the last-level cache).

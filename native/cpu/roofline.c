@@ -1,5 +1,5 @@
 /*
- * roofline.c: the two ceilings of DESIGN.md §9, measured on the machine we run on: streaming read
+ * roofline.c: the two ceilings of docs/architecture.md §9, measured on the machine we run on: streaming read
  * bandwidth and float32 FMA peak, both over n threads with the best SIMD path the CPU has (chosen at run
  * time, like the kernels). `gokv bench` and native/cpu/bench/bench_decode.c divide by these to report
  * each result as a fraction of its floor max(bytes / bandwidth, flops / peak).

@@ -1,5 +1,5 @@
 /*
- * store.c: quantize-on-write, dequantize-on-read and page copies for the CPU backend (DESIGN.md §4).
+ * store.c: quantize-on-write, dequantize-on-read and page copies for the CPU backend (docs/architecture.md §4).
  *
  * Quantization of a group x[0..n): s = (max - min) / (2^bits - 1) and b = min are rounded to fp16 first,
  * then q = clamp(floor((x - b) / s + 1/2), 0, 2^bits - 1) against the stored s and b, so the codes are the

@@ -1,6 +1,7 @@
 /*
- * vk_attend.c: fused attention for the Vulkan backend (the slot attend; DESIGN.md §5), decode and prefill,
- * straight from the compressed pages: nothing dequantized is ever written to device memory on this path.
+ * vk_attend.c: fused attention for the Vulkan backend (the slot attend; docs/architecture.md §5), decode and
+ * prefill, straight from the compressed pages: nothing dequantized is ever written to device memory on this
+ * path.
  *
  * The host cuts the call into work items, as native/cpu/attend.c does, and the shaders run one workgroup
  * per item (shaders/attend_common.glsl has the in-item algorithm: token-parallel scores, online softmax,

@@ -1,8 +1,7 @@
 /*
- * vk_bench.c: what `gokv bench --backend vulkan` measures besides the ABI calls: the device's copy
- * bandwidth (the floor that attention's speed is reported against, DESIGN.md §9) and attention timed as
- * an engine runs it (many layers' dispatches in one submission, GPU timestamps, no host round trip per
- * layer).
+ * vk_bench.c: what `gokv bench --backend vulkan` measures besides the ABI calls: the device's copy bandwidth
+ * (the floor that attention's speed is reported against, docs/architecture.md §9) and attention timed as an
+ * engine runs it (many layers' dispatches in one submission, GPU timestamps, no host round trip per layer).
  */
 #define _GNU_SOURCE
 #include <stdlib.h>

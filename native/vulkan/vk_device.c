@@ -1,8 +1,8 @@
 /*
- * vk_device.c: the Vulkan module's runtime (DESIGN.md §7). Instance and device selection, device info,
- * memory and buffers, the pipeline cache (embedded SPIR-V specialized per pool layout), one-call command
- * recording and submission, page pools and page copies, error mapping, the validation messenger, and the
- * backend table. The ops live in vk_store.c (write, read) and vk_attend.c (attention).
+ * vk_device.c: the Vulkan module's runtime (docs/architecture.md §7). Instance and device selection, device
+ * info, memory and buffers, the pipeline cache (embedded SPIR-V specialized per pool layout), one-call
+ * command recording and submission, page pools and page copies, error mapping, the validation messenger, and
+ * the backend table. The ops live in vk_store.c (write, read) and vk_attend.c (attention).
  *
  * Choices:
  * - One compute queue and one command buffer per device. Every ABI call records, submits and waits (the

@@ -1,6 +1,6 @@
 /*
  * vk_store.c: quantize-on-write and dequantize-on-read for the Vulkan backend (the slots pool_write and
- * pool_read; DESIGN.md §4, layouts in bridge/gokv_layout.h). Pages and rings end up byte-identical to
+ * pool_read; docs/architecture.md §4, layouts in bridge/gokv_layout.h). Pages and rings end up byte-identical to
  * what native/cpu/store.c stores, and reads return the same floats bit for bit (the shaders avoid every
  * arithmetic the driver could round differently: see shaders/store_common.glsl).
  *

@@ -1,5 +1,5 @@
 /*
- * bench_decode.c: decode attention against the machine's floor (DESIGN.md §9), standalone.
+ * bench_decode.c: decode attention against the machine's floor (docs/architecture.md §9), standalone.
  *
  * Shape (Llama-3.1-8B-like): 32 query heads, 8 kv heads, d = 128, one sequence, one query row at
  * position S - 1, 2 threads, pages of 128 tokens. For each format and context S it reports the median

@@ -8,7 +8,7 @@
  * token; accumulators of values are permuted back once per block. For scores, quantized slabs are
  * dequantized in registers as x̂ = code·s + b, the value scalar.c's dequant_row gives bit for bit (code·s
  * is exact in float), so q·k̂ = Σ q_c x̂_c needs no Σq bias term: one FMA per element per query, the
- * floor of §9.
+ * floor of docs/architecture.md §9.
  * 4- and 2-bit codes are dequantized through a 16-entry table per group (vpermps looks at the low 4 index
  * bits only, so the nibble needs no mask), 8-bit ones through an int->float conversion.
  *

@@ -1,8 +1,8 @@
 /*
- * kernels.h: the inner kernels of the CPU module's fused attention (DESIGN.md §5), as one table per SIMD
- * level. The scalar table (scalar.c) reads like the math; each SIMD file overrides the entries it makes
- * faster and is checked against the scalar one by the tests. Blocks never hold more than CPU_BLOCK tokens,
- * and their rows may lie in two runs (two pages: cpu_rows).
+ * kernels.h: the inner kernels of the CPU module's fused attention (docs/architecture.md §5), as one table
+ * per SIMD level. The scalar table (scalar.c) reads like the math; each SIMD file overrides the entries it
+ * makes faster and is checked against the scalar one by the tests. Blocks never hold more than CPU_BLOCK
+ * tokens, and their rows may lie in two runs (two pages: cpu_rows).
  *
  * Queries arrive pre-scaled by α, as nq vectors of d floats (row stride ldq). Scores go to s[i*lds + t].
  * Per-token groups:  q·k̂_t = Σ_g s_g (q_g · codes_g) + b_g Σ_{c∈g} q_c   (qsum[i*n_groups + g] = Σ_{c∈g} q_c)

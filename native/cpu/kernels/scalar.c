@@ -1,7 +1,7 @@
 /*
- * scalar.c: the plain scalar kernels of kernels.h, written to read like DESIGN.md §5. Every SIMD path is
- * tested against these. Scores use the factored form (scale applied once per group), so no dequantized
- * K or V exists anywhere, not even a row.
+ * scalar.c: the plain scalar kernels of kernels.h, written to read like docs/architecture.md §5. Every SIMD
+ * path is tested against these. Scores use the factored form (scale applied once per group), so no
+ * dequantized K or V exists anywhere, not even a row.
  */
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * format_check.h: checks of the stored format against DESIGN.md §4 / gokv_layout.h, shared by the
+ * format_check.h: checks of the stored format against docs/architecture.md §4 / gokv_layout.h, shared by the
  * format tests: per-group scale/bias/codes from the raw page bytes, and the read-back values.
  */
 #ifndef GOKV_TESTS_FORMAT_CHECK_H

@@ -1,5 +1,5 @@
 /*
- * reference.h: the test suite's float64 reference of DESIGN.md §5, its data generators, and thin RAII
+ * reference.h: the test suite's float64 reference of docs/architecture.md §5, its data generators, and thin RAII
  * helpers around the C ABI (devices, pools, sequences, writes, reads, attention calls).
  *
  * The reference attends over K/V as returned by gokv_pool_read, which is exactly what the kernels see
@@ -148,7 +148,8 @@ float eff_scale(const PoolCfg &c, const AttnOpts &o);
 gokv_status attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const std::vector<AttnSeq> &seqs,
                    const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out);
 
-/* The float64 reference of DESIGN.md §5 over the AttnSeqs' K/V; n_visible[row*Hq+h] counts visible tokens. */
+/* The float64 reference of docs/architecture.md §5 over the AttnSeqs' K/V; n_visible[row*Hq+h] counts visible
+ * tokens. */
 bool ref_visible(const AttnSeq &s, int32_t page_size, int32_t t, int32_t p, const AttnOpts &o);
 void ref_attend(const PoolCfg &c, const std::vector<AttnSeq> &seqs, const std::vector<float> &q,
                 const AttnOpts &o, std::vector<double> &out, std::vector<int32_t> *n_visible = nullptr);

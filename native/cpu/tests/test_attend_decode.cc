@@ -1,7 +1,7 @@
 /*
- * test_attend_decode.cc: decode attention (one query row per sequence, DESIGN.md §5) against the float64
- * reference, over the case table formats x attention types x visibility x lengths, on both the default
- * (SIMD) path and GOKV_ATTEND_FORCE_SCALAR; plus the known-value cases of §8.
+ * test_attend_decode.cc: decode attention (one query row per sequence, docs/architecture.md §5) against the
+ * float64 reference, over the case table formats x attention types x visibility x lengths, on both the
+ * default (SIMD) path and GOKV_ATTEND_FORCE_SCALAR; plus the known-value cases of §8.
  *
  * Tolerances (rel_err, reference.h): f32/f16 1e-5 and quantized 1e-4, both against float64 attention over
  * the K/V that gokv_pool_read returns (fp16-rounded inputs for f16, dequantized codes otherwise).

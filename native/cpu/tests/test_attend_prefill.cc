@@ -1,7 +1,7 @@
 /*
- * test_attend_prefill.cc: causal prefill (DESIGN.md §5): T query rows at positions kv_len-T .. kv_len-1
- * over a cached prefix plus the T new tokens (written before the call), with the same visibility rules,
- * against the float64 reference; and batches mixing decode and prefill sequences in one call.
+ * test_attend_prefill.cc: causal prefill (docs/architecture.md §5): T query rows at positions kv_len-T ..
+ * kv_len-1 over a cached prefix plus the T new tokens (written before the call), with the same visibility
+ * rules, against the float64 reference; and batches mixing decode and prefill sequences in one call.
  */
 #include <gtest/gtest.h>
 

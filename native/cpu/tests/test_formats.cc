@@ -1,5 +1,5 @@
 /*
- * test_formats.cc: the stored formats (DESIGN.md §4, gokv_layout.h): the quantization rule checked on
+ * test_formats.cc: the stored formats (docs/architecture.md §4, gokv_layout.h): the quantization rule checked on
  * raw page bytes, KIVI's and the 4-bit known values, constant groups, released pages, pool sizes.
  */
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 /*
- * test_invariance.cc: results must not depend on how the work is cut (DESIGN.md §8): split-K chunk size,
- * thread count, page size, batch composition, SIMD path; outputs are poisoned with NaN before every call
- * (reference.h: attend) and checked written. Also the formats' own quality on the standard data.
+ * test_invariance.cc: results must not depend on how the work is cut (docs/architecture.md §8): split-K chunk
+ * size, thread count, page size, batch composition, SIMD path; outputs are poisoned with NaN before every
+ * call (reference.h: attend) and checked written. Also the formats' own quality on the standard data.
  */
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 /*
- * test_residual_copy.cc: KIVI's residual ring (DESIGN.md §4: the newest R tokens in fp16, older ones
+ * test_residual_copy.cc: KIVI's residual ring (docs/architecture.md §4: the newest R tokens in fp16, older ones
  * quantized g at a time; gokv.h: n_quant = max(0, floor((n - R) / g) * g)), and gokv_pool_copy.
  */
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 /*
- * test_validation.cc: every invalid argument is rejected, with its status and a message naming the
- * argument (DESIGN.md §3, gokv.h), and a rejected call changes nothing that was stored. Also the status
+ * test_validation.cc: every invalid argument is rejected, with its status and a message naming the argument
+ * (docs/architecture.md §3, gokv.h), and a rejected call changes nothing that was stored. Also the status
  * helpers, the ABI version, and the NULL-safe destroy/close.
  */
 #include <gtest/gtest.h>

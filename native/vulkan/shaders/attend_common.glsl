@@ -1,6 +1,7 @@
-// attend_common.glsl: fused decode / prefill attention straight from the compressed pages (DESIGN.md §5),
-// the body of attend.comp (reads the pool) and baseline_attend.comp (reads the f32 copy the baseline
-// materialized in the scratch buffer: define ATTEND_KV_IN_SCRATCH before including this file).
+// attend_common.glsl: fused decode / prefill attention straight from the compressed pages
+// (docs/architecture.md §5), the body of attend.comp (reads the pool) and baseline_attend.comp (reads the f32
+// copy the baseline materialized in the scratch buffer: define ATTEND_KV_IN_SCRATCH before including this
+// file).
 //
 // One workgroup runs one work item of the host's plan (vk_attend.c): one kv head of one sequence, nq =
 // nrows x nheads query vectors (query rows [qrow0, qrow0 + nrows), heads [head0, head0 + nheads) of the

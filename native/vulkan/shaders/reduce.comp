@@ -1,4 +1,4 @@
-// reduce.comp: the second pass of split-K attention (DESIGN.md §5). One workgroup combines the chunk
+// reduce.comp: the second pass of split-K attention (docs/architecture.md §5). One workgroup combines the chunk
 // partials (m_c, l_c, o_c[D_V]) that attend.comp wrote for one query vector:
 //     M = max(max_c m_c, σ),   out = Σ_c e^(m_c - M) o_c / (Σ_c e^(m_c - M) l_c + e^(σ - M)),
 // skipping chunks that saw nothing (l_c == 0); a vector no chunk saw outputs zeros, with or without σ.

@@ -1,6 +1,7 @@
 // store_common.glsl: what the store shaders (store_rows, store_kivi_keys, store_ring, store_read) share,
-// included after common.glsl: the flat invocation index of a 2D grid, a correctly rounded division, and
-// (with STORE_QUANTIZE) the quantization of one group exactly as native/cpu/store.c does it (DESIGN.md §4).
+// included after common.glsl: the flat invocation index of a 2D grid, a correctly rounded division, and (with
+// STORE_QUANTIZE) the quantization of one group exactly as native/cpu/store.c does it (docs/architecture.md
+// §4).
 //
 // Bit-exactness with the CPU: Vulkan guarantees correctly rounded add, sub and mul, but allows 2.5 ulp for
 // division and lets the driver fuse a*b+c into an fma. So every arithmetic result here is `precise` (no

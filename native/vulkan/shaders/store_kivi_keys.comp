@@ -1,7 +1,7 @@
-// store_kivi_keys.comp: quantizes the keys of KIVI token groups per channel (DESIGN.md §4), as the key
-// half of native/cpu/store.c's kivi_flush_group: for each kv head and channel, the g tokens of the group
-// form one quantization group, its codes packed along the tokens (channel c's run of GROUP * BITS / 8
-// bytes in the page's key group j), its fp16 scale and bias at [head][j][c].
+// store_kivi_keys.comp: quantizes the keys of KIVI token groups per channel (docs/architecture.md §4), as the
+// key half of native/cpu/store.c's kivi_flush_group: for each kv head and channel, the g tokens of the group
+// form one quantization group, its codes packed along the tokens (channel c's run of GROUP * BITS / 8 bytes
+// in the page's key group j), its fp16 scale and bias at [head][j][c].
 //
 // The CPU quantizes a group from its fp16 ring copies; here each token comes from the ring if it was
 // there before this write (t < n0) or from the new input rows, rounded to fp16 (t >= n0). The host puts a

@@ -1,4 +1,4 @@
-// store_read.comp: dequantize-on-read (gokv_pool_read, DESIGN.md §4), as native/cpu/store.c's
+// store_read.comp: dequantize-on-read (gokv_pool_read, docs/architecture.md §4), as native/cpu/store.c's
 // cpu_read_sequence: each output element is q * s + b (or the f32/f16 value) of the token's page slot, its
 // KIVI ring row when the position is not quantized yet, or 0 for a released page. With V_IS_K_PREFIX the
 // values are the first D_V channels of the keys (pages and ring alike).

@@ -1,4 +1,4 @@
-// store_ring.comp: stores new KIVI tokens in their sequence's fp16 residual ring (DESIGN.md §4), row
+// store_ring.comp: stores new KIVI tokens in their sequence's fp16 residual ring (docs/architecture.md §4), row
 // t % RING_ROWS, as native/cpu/store.c's ring_store. The host sends only the tokens that are the last of
 // this write to land on their row (t >= n1 - RING_ROWS), so the ring ends as the CPU's sequential loop
 // leaves it, and dispatches this after the flush shaders have read the rows it overwrites.

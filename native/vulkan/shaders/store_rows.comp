@@ -1,4 +1,4 @@
-// store_rows.comp: stores per-token rows in their page slots (DESIGN.md §4, bridge/gokv_layout.h), as
+// store_rows.comp: stores per-token rows in their page slots (docs/architecture.md §4, bridge/gokv_layout.h), as
 // native/cpu/store.c's store_row: f32 bits, fp16, or q8/q4 groups of GROUP channels with fp16 scale and
 // bias. In KIVI pools it stores the value rows of the token groups being quantized (their keys, per
 // channel, are store_kivi_keys.comp's), from fp16 values as the CPU quantizes them from its ring.

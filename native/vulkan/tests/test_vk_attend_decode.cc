@@ -1,8 +1,8 @@
 /*
- * test_vk_attend_decode.cc: decode attention on the Vulkan backend (DESIGN.md §5, §8): the CPU suite's case
- * table, formats x {MHA, GQA 4:1, MQA, MLA} x visibility x lengths, each case run on Vulkan and on the CPU
- * with the same inputs and compared with the float64 reference and with each other (vk_harness.h has the
- * tolerances); plus the known-value cases (nothing visible, one token, DeepSeek's MLA geometry).
+ * test_vk_attend_decode.cc: decode attention on the Vulkan backend (docs/architecture.md §5, §8): the CPU
+ * suite's case table, formats x {MHA, GQA 4:1, MQA, MLA} x visibility x lengths, each case run on Vulkan and
+ * on the CPU with the same inputs and compared with the float64 reference and with each other (vk_harness.h
+ * has the tolerances); plus the known-value cases (nothing visible, one token, DeepSeek's MLA geometry).
  *
  * One test per (format, attention type) runs every visibility rule and length, so that a process compiles
  * its pipelines once (ctest runs each test in its own process).

@@ -1,8 +1,8 @@
 /*
- * test_vk_attend_prefill.cc: causal prefill and varlen batches on the Vulkan backend (DESIGN.md §5): T query
- * rows over a cached prefix plus the T new tokens (written just before), every visibility rule, against the
- * float64 reference and the CPU backend; batches mixing decode and prefill rows of different lengths;
- * gokv_append_attend (one call = write then attend; a rejected step writes nothing).
+ * test_vk_attend_prefill.cc: causal prefill and varlen batches on the Vulkan backend (docs/architecture.md
+ * §5): T query rows over a cached prefix plus the T new tokens (written just before), every visibility rule,
+ * against the float64 reference and the CPU backend; batches mixing decode and prefill rows of different
+ * lengths; gokv_append_attend (one call = write then attend; a rejected step writes nothing).
  */
 #include <gtest/gtest.h>
 

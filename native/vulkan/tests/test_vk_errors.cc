@@ -1,9 +1,9 @@
 /*
- * test_vk_errors.cc: the Vulkan backend's failure paths return errors and never crash (DESIGN.md §3, §8):
- * out of device memory (a pool far larger than the device, and an injected vkAllocateMemory failure), a
- * lost device (injected at vkQueueSubmit: that call and every later call on the device fail with
- * GOKV_EDEVICE, closing it is clean, a new device works), argument validation identical to the CPU's;
- * and what the device reports about itself.
+ * test_vk_errors.cc: the Vulkan backend's failure paths return errors and never crash (docs/architecture.md
+ * §3, §8): out of device memory (a pool far larger than the device, and an injected vkAllocateMemory
+ * failure), a lost device (injected at vkQueueSubmit: that call and every later call on the device fail with
+ * GOKV_EDEVICE, closing it is clean, a new device works), argument validation identical to the CPU's; and
+ * what the device reports about itself.
  */
 #include <gtest/gtest.h>
 
@@ -39,7 +39,7 @@ TEST_F(VkDevice, InfoDescribesTheDevice) {
     if (want && std::strncmp(info.name, "llvmpipe", 8) == 0) {
         EXPECT_EQ(sg, std::atoi(want)) << "LP_NATIVE_VECTOR_WIDTH=" << (std::getenv("LP_NATIVE_VECTOR_WIDTH") ? std::getenv("LP_NATIVE_VECTOR_WIDTH") : "(unset)");
     }
-    EXPECT_EQ(info.formats & 0x3fu, 0x3fu) << "every format (DESIGN.md §4)";
+    EXPECT_EQ(info.formats & 0x3fu, 0x3fu) << "every format (docs/architecture.md §4)";
     const uint32_t need = GOKV_CAP_DECODE | GOKV_CAP_PREFILL | GOKV_CAP_LEARNED_SINKS | GOKV_CAP_WINDOW | GOKV_CAP_MLA |
                           GOKV_CAP_HOLES;
     EXPECT_EQ(info.caps & need, need) << "caps 0x" << std::hex << info.caps;

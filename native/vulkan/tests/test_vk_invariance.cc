@@ -1,7 +1,8 @@
 /*
- * test_vk_invariance.cc: on the Vulkan backend, results must not depend on how the work is cut (DESIGN.md
- * §8): the split-K chunk size (1 token to more than the sequence), the page size, and the flags; every run
- * also compared with the CPU backend. Outputs are poisoned with NaN before each call (reference.h: attend).
+ * test_vk_invariance.cc: on the Vulkan backend, results must not depend on how the work is cut
+ * (docs/architecture.md §8): the split-K chunk size (1 token to more than the sequence), the page size, and
+ * the flags; every run also compared with the CPU backend. Outputs are poisoned with NaN before each call
+ * (reference.h: attend).
  */
 #include <gtest/gtest.h>
 

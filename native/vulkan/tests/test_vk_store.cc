@@ -1,8 +1,8 @@
 /*
- * test_vk_store.cc: what the Vulkan backend stores equals what the CPU backend stores (DESIGN.md §4): after
- * the same writes, gokv_pool_read gives the same floats bit for bit (vk_harness.h states the one-step
- * exception), for every format; the pages hold bridge/gokv_layout.h's bytes (q4 keys in 16-token tiles,
- * also with a part tile) and the CPU's; KIVI appends of every size crossing residual flushes; page and
+ * test_vk_store.cc: what the Vulkan backend stores equals what the CPU backend stores (docs/architecture.md
+ * §4): after the same writes, gokv_pool_read gives the same floats bit for bit (vk_harness.h states the
+ * one-step exception), for every format; the pages hold bridge/gokv_layout.h's bytes (q4 keys in 16-token
+ * tiles, also with a part tile) and the CPU's; KIVI appends of every size crossing residual flushes; page and
  * residual slot copies (gokv_pool_copy); released pages read as zeros.
  */
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 /*
- * vk_harness.h: what the Vulkan suite adds to the CPU suite's helpers (native/cpu/tests/reference.h):
- * the shared Vulkan device, the validation-layer watch every test runs under, and the cross-backend
- * comparisons (DESIGN.md §8: the same inputs on the Vulkan and the CPU backend, each checked against the
+ * vk_harness.h: what the Vulkan suite adds to the CPU suite's helpers (native/cpu/tests/reference.h): the
+ * shared Vulkan device, the validation-layer watch every test runs under, and the cross-backend comparisons
+ * (docs/architecture.md §8: the same inputs on the Vulkan and the CPU backend, each checked against the
  * float64 reference over its own gokv_pool_read output, then against each other).
  *
  * Validation: the global environment installs a log callback, registers the backend and opens the shared
