@@ -240,6 +240,9 @@ func (f Format) BytesPerToken(kvHeads, dk, dv int, vIsKPrefix bool) float64 {
 // formatAlign64 rounds a byte count up to the 64-byte boundary every page section starts on.
 func formatAlign64(x int64) int64 { return (x + 63) &^ 63 }
 
+// formatKeyTile is GOKV_KEY_TILE of bridge/gokv_layout.h: q4 keys are stored 16 tokens to a tile.
+const formatKeyTile = 16
+
 // PageBytes returns the bytes of one page of pageSize tokens for kvHeads heads, exactly as the C core
 // lays it out (bridge/gokv_layout.c): one block per kv head, each holding the head's key codes, key scales,
 // key biases, then value codes, scales and biases (absent when vIsKPrefix), each section starting on a
@@ -255,7 +258,11 @@ func (f Format) PageBytes(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) int64 
 		kCodesHead = int64(dk) * g * bits / 8 * (P / g)
 		kScaleHead = int64(dk) * (P / g) * 2
 	case f.Kind.Quantized():
-		kCodesHead = int64(dk) * bits / 8 * P
+		slots := P
+		if f.Kind == Q4 && !vIsKPrefix { // q4 keys sit in 16-token tiles; the last one is padded (k_tiled)
+			slots = (P + formatKeyTile - 1) / formatKeyTile * formatKeyTile
+		}
+		kCodesHead = int64(dk) * bits / 8 * slots
 		kScaleHead = int64(dk) / g * P * 2
 	default:
 		kCodesHead = int64(dk) * bits / 8 * P

@@ -180,9 +180,9 @@ func TestFormatPageBytes(t *testing.T) {
 		{"f16", 1, 576, 512, 64, true, 64 * 576 * 2, 0, true},
 		// A tiny f16 page: 1 head x 8 tokens x 4 dims x 2 bytes = 64 (already aligned) for K and for V.
 		{"f16", 1, 4, 4, 8, false, 128, 0, true},
-		// q4:32 on a tiny page: codes 8 x 16 = 128 bytes, but each scale (and bias) section is
-		// 1 head x 8 tokens x 1 group x 2 bytes = 16 bytes, padded to 64.
-		{"q4:32", 1, 32, 32, 8, false, 2 * (128 + 64 + 64), 0, false},
+		// q4:32 on a tiny page: value codes 8 x 16 = 128 bytes, key codes a whole 16-token tile (256),
+		// and each scale (and bias) section is 1 head x 8 tokens x 1 group x 2 bytes = 16, padded to 64.
+		{"q4:32", 1, 32, 32, 8, false, 256 + 128 + 4*64, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.format, func(t *testing.T) {

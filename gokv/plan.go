@@ -57,11 +57,13 @@ type LayerPlan struct {
 	// HeldTokens is how many tokens of a Context-long sequence the layer keeps: Context, or for a
 	// sliding-window layer min(Context, Window + SinkTokens).
 	HeldTokens int
-	// PagedTokens is how many of the held tokens live in pages: HeldTokens, except for KIVI, whose
-	// newest tokens (between R and R + G - 1) are in the fp16 residual ring instead.
+	// PagedTokens is how many of the held tokens are quantized into pages: HeldTokens, except for KIVI,
+	// whose newest tokens (between R and R + G - 1) are in the fp16 residual ring instead.
 	PagedTokens int
-	Pages       int   // ceil(PagedTokens / PageSize)
-	PageBytes   int64 // bytes of one page (Format.PageBytes, the C layout including section alignment)
+	// Pages is ceil(HeldTokens / PageSize): a sequence's page table covers every held token, KIVI's ring
+	// tokens included (their page is reserved and filled when they are quantized), as the cache allocates.
+	Pages     int
+	PageBytes int64 // bytes of one page (Format.PageBytes, the C layout including section alignment)
 	// ResidualBytes is the KIVI fp16 residual ring of one sequence (Format.ResidualSlotBytes; 0 for
 	// other formats), counted separately from the pages.
 	ResidualBytes int64
@@ -214,7 +216,7 @@ func planFill(layers []LayerPlan, sinkTokens, pageSize, sequences, n int) int64 
 		}
 		lp.HeldTokens = held
 		lp.PagedTokens = lp.Format.QuantizedTokens(held)
-		lp.Pages = int((int64(lp.PagedTokens) + int64(pageSize) - 1) / int64(pageSize))
+		lp.Pages = int((int64(held) + int64(pageSize) - 1) / int64(pageSize))
 		lp.KVBytes = planMulSat(int64(sequences), planAddSat(planMulSat(int64(lp.Pages), lp.PageBytes), lp.ResidualBytes))
 		total = planAddSat(total, lp.KVBytes)
 	}
