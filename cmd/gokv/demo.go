@@ -185,15 +185,11 @@ func runDemo(stdout, stderr io.Writer, o *demoOpts) error {
 		return err
 	}
 
-	eng, err := gokv.Open(gokv.WithBackend(o.backend), gokv.WithThreads(o.threads), gokv.WithLogger(logger))
-	if err != nil {
-		return fmt.Errorf("--backend %s: %w", o.backend, err)
-	}
-	defer eng.Close()
-	info, err := eng.Info()
+	eng, info, err := openEngine(o.backend, o.threads)
 	if err != nil {
 		return err
 	}
+	defer eng.Close()
 	rep := demoReport{Model: full.Name, Backend: info.Backend, Device: info.Name, Threads: info.Threads, LayersRun: o.layers,
 		Layers: len(full.Layers), SinkWindow: fmt.Sprintf("SinkWindow{Sinks: %d, Window: %d}", demoSinkWindow.Sinks,
 			demoSinkWindow.Window), NotRun: demoNotRun, Steps: o.steps, CPUs: runtime.NumCPU(), RealModelSkipped: realPart.skipped}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 
 	"gonum.org/v1/plot"
@@ -86,18 +85,7 @@ func writeDemoPlot(path string, rep demoReport) error {
 		p.Draw(canvases[0][i])
 	}
 
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("--plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("--plot %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("--plot %s: %w", path, err)
-	}
-	return nil
+	return writePNG("--plot", path, img)
 }
 
 // demoQualityPlot draws the real model's top-1 agreement with the f32 full cache as one bar per

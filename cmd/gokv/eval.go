@@ -268,15 +268,11 @@ func runEval(stdout, stderr io.Writer, o *evalOpts) error {
 			return err
 		}
 	}
-	eng, err := gokv.Open(gokv.WithBackend(o.backend), gokv.WithThreads(o.threads), gokv.WithLogger(logger))
-	if err != nil {
-		return fmt.Errorf("--backend %s: %w", o.backend, err)
-	}
-	defer eng.Close()
-	info, err := eng.Info()
+	eng, info, err := openEngine(o.backend, o.threads)
 	if err != nil {
 		return err
 	}
+	defer eng.Close()
 
 	var rows []evalRow
 	for _, plan := range plans {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -64,18 +63,7 @@ func writeEvalPlot(path string, rows []evalRow) error {
 	for i := range panels {
 		panels[i][0].Draw(canvases[i][0])
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("--plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("--plot %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("--plot %s: %w", path, err)
-	}
-	return nil
+	return writePNG("--plot", path, img)
 }
 
 // smoothCurve returns the points (position, centred mean of ys over up to window positions); ys[i] is

@@ -104,15 +104,11 @@ func runGenerate(stdout, stderr io.Writer, o *generateOpts) error {
 		logger.Warn().Msg(warn)
 	}
 
-	eng, err := gokv.Open(gokv.WithBackend(o.backend), gokv.WithThreads(o.threads), gokv.WithLogger(logger))
-	if err != nil {
-		return fmt.Errorf("--backend %s: %w", o.backend, err)
-	}
-	defer eng.Close()
-	info, err := eng.Info()
+	eng, info, err := openEngine(o.backend, o.threads)
 	if err != nil {
 		return err
 	}
+	defer eng.Close()
 	cache, err := openModelCache(eng, m, f, ev.sw, 1, total, len(prompt))
 	if err != nil {
 		return err

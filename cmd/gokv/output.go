@@ -6,6 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/gokv/gokv/gokv"
 )
 
 // checkOutputPath fails before any work is done when the command could not write its output file at
@@ -33,4 +37,34 @@ func checkOutputPath(flag, path string) error {
 	}
 	probe.Close()
 	return os.Remove(probe.Name())
+}
+
+// writePNG writes a drawn canvas as a PNG file; flag names the option that chose path.
+func writePNG(flag, path string, img *vgimg.Canvas) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	return nil
+}
+
+// openEngine opens the --backend with --threads workers and the CLI's logger, and describes its device.
+func openEngine(backend string, threads int) (*gokv.Engine, gokv.DeviceInfo, error) {
+	eng, err := gokv.Open(gokv.WithBackend(backend), gokv.WithThreads(threads), gokv.WithLogger(logger))
+	if err != nil {
+		return nil, gokv.DeviceInfo{}, fmt.Errorf("--backend %s: %w", backend, err)
+	}
+	info, err := eng.Info()
+	if err != nil {
+		eng.Close()
+		return nil, gokv.DeviceInfo{}, err
+	}
+	return eng, info, nil
 }
