@@ -35,8 +35,9 @@ type CacheOptions struct {
 	// K·P): a step that appends more may fail with ErrCapacity when the cache is nearly full; split long
 	// prefills into chunks. 0 means 2048.
 	MaxStepTokens int
-	// Eviction is the eviction policy of the full-attention layers; nil keeps everything (Full).
-	Eviction *SinkWindow
+	// Eviction is the eviction policy of the full-attention layers, e.g. &SinkWindow{Sinks: 4, Window:
+	// 4096}; nil keeps everything (Full). The policy is copied.
+	Eviction EvictionPolicy
 	// Scale is the attention scale α; 0 means 1/sqrt(HeadDimK) of each layer. MLA callers, whose query
 	// heads are absorbed, pass their model's own scale.
 	Scale float32
@@ -153,7 +154,7 @@ func (e *Engine) NewCache(spec ModelSpec, opts CacheOptions) (*Cache, error) {
 
 	// Layer groups by rule, in order of first appearance.
 	for i, cl := range c.layers {
-		r := layerRule(spec, cl.spec, opts.Eviction)
+		r := layerRule(spec, cl.spec, c.window())
 		var g *layerGroup
 		for _, x := range c.groups {
 			if x.rule == r {
@@ -275,14 +276,21 @@ func defaultCacheOptions(o *CacheOptions) error {
 	case math.IsNaN(float64(o.Scale)) || math.IsInf(float64(o.Scale), 0) || o.Scale < 0:
 		return fmt.Errorf("Scale %g must be finite and >= 0 (0 = 1/sqrt(HeadDimK))", o.Scale)
 	}
-	if ev := o.Eviction; ev != nil {
-		if ev.Window < 1 || ev.Sinks < 0 {
-			return fmt.Errorf("Eviction SinkWindow{Sinks: %d, Window: %d}: Window must be >= 1 and Sinks >= 0", ev.Sinks, ev.Window)
-		}
-		cp := *ev // the caller may reuse its struct
-		o.Eviction = &cp
+	sw, err := resolveEviction(o.Eviction)
+	if err != nil {
+		return err
+	}
+	o.Eviction = nil
+	if sw != nil { // a copy: the caller may reuse its struct
+		o.Eviction = sw
 	}
 	return nil
+}
+
+// window is the cache's resolved eviction rule (defaultCacheOptions stored it), or nil for Full.
+func (c *Cache) window() *SinkWindow {
+	sw, _ := c.opts.Eviction.(*SinkWindow)
+	return sw
 }
 
 // checkLayer validates layer i's format against its geometry, the page size and the device.
@@ -307,7 +315,7 @@ func (c *Cache) checkLayer(i int, l LayerSpec, f Format) error {
 		{l.Windowed(), bridge.CapWindow, "sliding-window attention"},
 		{l.LearnedSinks, bridge.CapLearnedSinks, "learned sinks"},
 		{l.Kind == MLA, bridge.CapMLA, "MLA (V a prefix of K)"},
-		{c.opts.Eviction != nil, bridge.CapWindow, "SinkWindow eviction (windowed attention)"},
+		{c.window() != nil, bridge.CapWindow, "SinkWindow eviction (windowed attention)"},
 	}
 	for _, n := range need {
 		if n.on && !info.Caps.Has(n.cap) {

@@ -59,7 +59,7 @@ func newTCache(t *testing.T, e *Engine, spec ModelSpec, opts CacheOptions, seed 
 		if w > 0 && !ls.LearnedSinks {
 			sinks = spec.SinkTokens
 		}
-		if ev := opts.Eviction; ev != nil && (w == 0 || ev.Window < w) {
+		if ev, _ := opts.Eviction.(*SinkWindow); ev != nil && (w == 0 || ev.Window < w) {
 			w, sinks = ev.Window, max(sinks, ev.Sinks)
 		}
 		return w == 0 || tok > p-w || tok < sinks

@@ -129,3 +129,24 @@ func TestSinkLogitsOption(t *testing.T) {
 		assert.ErrorContains(t, err, tc.msg)
 	}
 }
+
+// TestEvictionPolicyForms: a SinkWindow works as a value or a pointer, a nil *SinkWindow keeps
+// everything, and a bad one is refused whichever form it comes in.
+func TestEvictionPolicyForms(t *testing.T) {
+	e := openTestEngine(t)
+	spec := smallSpec(1, 32)
+	for _, tc := range []struct {
+		policy EvictionPolicy
+		window int
+	}{{SinkWindow{Sinks: 4, Window: 16}, 16}, {&SinkWindow{Sinks: 4, Window: 24}, 24}, {(*SinkWindow)(nil), 0}, {nil, 0}} {
+		c, err := e.NewCache(spec, CacheOptions{MaxTokens: 256, PageSize: 8, Eviction: tc.policy})
+		require.NoError(t, err)
+		assert.Equal(t, tc.window, c.Stats().Groups[0].Window, "%#v", tc.policy)
+		require.NoError(t, c.Close())
+	}
+	for _, bad := range []EvictionPolicy{SinkWindow{Sinks: 4}, &SinkWindow{Sinks: -1, Window: 8}} {
+		_, err := e.NewCache(spec, CacheOptions{MaxTokens: 256, Eviction: bad})
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorContains(t, err, "Window must be >= 1")
+	}
+}

@@ -1,5 +1,7 @@
 package gokv
 
+import "fmt"
+
 // Eviction policies (docs/architecture.md §6). The cache, not the policy, enforces the sink rule: positions
 // below a group's sink count are never released, so no policy can forget it.
 //
@@ -9,12 +11,44 @@ package gokv
 // query, and the attention call passes the window and sink count, so tokens of a partially released
 // region are masked exactly (the kernels see page id -1 for released pages).
 
+// EvictionPolicy is what CacheOptions.Eviction holds: which tokens of a sequence the cache may release.
+// SinkWindow is the policy today; H2O, SnapKV and Quest will be further implementations, so a caller's
+// code that sets a policy keeps compiling as they arrive. Its method is unexported: policies are defined
+// by this package, which enforces the sink rule itself (no policy can release a sink position).
+type EvictionPolicy interface {
+	// windowRule returns the positions the policy keeps visible to full-attention layers, or an error
+	// naming what is wrong with the policy's settings.
+	windowRule() (SinkWindow, error)
+}
+
 // SinkWindow is StreamingLLM's policy: keep the first Sinks positions (the attention sinks) and the last
 // Window positions of every sequence, evict the rest. A query at position p sees positions < Sinks and
 // positions in (p - Window, p]. Window must be >= 1; Sinks >= 0 (DefaultSinkTokens = 4 is the paper's).
 type SinkWindow struct {
 	Sinks  int
 	Window int
+}
+
+func (p SinkWindow) windowRule() (SinkWindow, error) {
+	if p.Window < 1 || p.Sinks < 0 {
+		return p, fmt.Errorf("Eviction SinkWindow{Sinks: %d, Window: %d}: Window must be >= 1 and Sinks >= 0", p.Sinks, p.Window)
+	}
+	return p, nil
+}
+
+// resolveEviction returns the window rule of a policy: nil (also a nil *SinkWindow) keeps everything.
+func resolveEviction(p EvictionPolicy) (*SinkWindow, error) {
+	if p == nil {
+		return nil, nil
+	}
+	if sw, ok := p.(*SinkWindow); ok && sw == nil {
+		return nil, nil
+	}
+	sw, err := p.windowRule()
+	if err != nil {
+		return nil, err
+	}
+	return &sw, nil
 }
 
 // groupRule is the page-table behaviour that layers sharing a group have in common: the attention window
