@@ -1,6 +1,7 @@
 package gokv
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -102,14 +103,44 @@ func Open(opts ...Option) (*Engine, error) {
 	return e, nil
 }
 
-// DeviceInfo describes an engine's device.
+// DeviceInfo describes an engine's device and what it can do, so an engine can ask before NewCache
+// (which fails with ErrNotSupported naming what a cache needs and the device lacks).
 type DeviceInfo struct {
-	Backend      string // "cpu", "vulkan", "metal", "sycl"
-	Name         string // the device's name (CPU: the processor model)
-	Features     string // CPU: the SIMD paths chosen, e.g. "avx512f avx512vnni fma"
-	MemoryBytes  uint64 // device memory (CPU: physical RAM)
-	SubgroupSize int    // GPU subgroup size; CPU: SIMD width in floats of the chosen path
-	Threads      int    // worker threads in use
+	Backend      string       // "cpu", "vulkan", "metal", "sycl"
+	Name         string       // the device's name (CPU: the processor model)
+	Features     string       // CPU: the SIMD paths chosen, e.g. "avx512f avx512vnni fma"
+	MemoryBytes  uint64       // device memory (CPU: physical RAM)
+	SubgroupSize int          // GPU subgroup size; CPU: SIMD width in floats of the chosen path
+	Threads      int          // worker threads in use
+	Formats      []FormatKind // the storage formats the device supports
+	Caps         DeviceCaps
+}
+
+// DeviceCaps are the attention features a device implements.
+type DeviceCaps struct {
+	Decode       bool // one query per sequence (split-K)
+	Prefill      bool // many causal queries per sequence
+	LearnedSinks bool // gpt-oss sink logits in the softmax
+	Window       bool // sliding windows and sink tokens (also what SinkWindow eviction needs)
+	MLA          bool // values as a prefix of the keys (DeepSeek's absorbed MLA)
+	Holes        bool // released pages inside a sequence
+}
+
+// Supports reports whether the device can store format f.
+func (i DeviceInfo) Supports(f FormatKind) bool { return slices.Contains(i.Formats, f) }
+
+func deviceInfo(i bridge.DeviceInfo) DeviceInfo {
+	d := DeviceInfo{Backend: i.Backend, Name: i.Name, Features: i.Features, MemoryBytes: i.MemoryBytes,
+		SubgroupSize: i.SubgroupSize, Threads: i.Threads,
+		Caps: DeviceCaps{Decode: i.Caps.Has(bridge.CapDecode), Prefill: i.Caps.Has(bridge.CapPrefill),
+			LearnedSinks: i.Caps.Has(bridge.CapLearnedSinks), Window: i.Caps.Has(bridge.CapWindow),
+			MLA: i.Caps.Has(bridge.CapMLA), Holes: i.Caps.Has(bridge.CapHoles)}}
+	for _, k := range []FormatKind{F32, F16, Q8, Q4, KIVI2, KIVI4} {
+		if i.SupportsFormat(bridge.Format(k)) {
+			d.Formats = append(d.Formats, k)
+		}
+	}
+	return d
 }
 
 // Info returns the device's description. It fails with ErrClosed after Close.
@@ -121,8 +152,7 @@ func (e *Engine) Info() (DeviceInfo, error) {
 	if err != nil {
 		return DeviceInfo{}, wrapErr("Engine.Info", "", err)
 	}
-	return DeviceInfo{Backend: i.Backend, Name: i.Name, Features: i.Features, MemoryBytes: i.MemoryBytes,
-		SubgroupSize: i.SubgroupSize, Threads: i.Threads}, nil
+	return deviceInfo(i), nil
 }
 
 // check fails with ErrClosed once the engine is closed, and with ErrInvalid for a nil engine or one that

@@ -175,3 +175,14 @@ func TestConcurrentSequences(t *testing.T) {
 	assert.Equal(t, 0, c.Stats().PagesUsed)
 	assert.Equal(t, 0, c.Stats().Sequences)
 }
+
+// TestDeviceInfoCapabilities: the CPU device says what it can do, so an engine can ask before NewCache.
+func TestDeviceInfoCapabilities(t *testing.T) {
+	e := openTestEngine(t)
+	info, err := e.Info()
+	require.NoError(t, err)
+	assert.Equal(t, []FormatKind{F32, F16, Q8, Q4, KIVI2, KIVI4}, info.Formats)
+	assert.True(t, info.Supports(KIVI2))
+	assert.Equal(t, DeviceCaps{Decode: true, Prefill: true, LearnedSinks: true, Window: true, MLA: true, Holes: true}, info.Caps)
+	assert.False(t, DeviceInfo{Formats: []FormatKind{F16}}.Supports(Q4))
+}
