@@ -57,8 +57,8 @@ BASE = dict(
 )
 TRAIN = dict(
     seed=1234,
-    batch_size=6,
-    steps=650,
+    batch_size=8,
+    steps=1400,
     lr=3e-3,
     min_lr_ratio=0.1,
     warmup_steps=50,
