@@ -41,7 +41,9 @@ func TestDemoTinyWritesPlotAndReport(t *testing.T) {
 	assert.Equal(t, 3, rep.Steps)
 	assert.Positive(t, rep.CPUs)
 	assert.GreaterOrEqual(t, rep.Spread, 1.0)
-	assert.Equal(t, rep.Spread > demoNoisySpread, rep.Noisy)
+	if rep.Noisy { // tiny steps never call the machine noisy: only steps of a millisecond or more judge
+		assert.Greater(t, rep.Spread, demoNoisySpread)
+	}
 	assert.Contains(t, rep.NotRun, "perplexity")
 	require.Len(t, rep.Formats, 3)
 	byFormat := map[string]demoFormat{}
