@@ -28,10 +28,8 @@
 #include "cpu_internal.h"
 
 /* ITEMS_PER_WORKER: enough items for the pool to even out a slow worker, few enough that item starts (a
- * cold block, the queries' preparation) and the reduce stay small. q4 decode, 2 threads, 64-token pages,
- * alternating binaries, with chunks of all the kv heads: 2 per worker against 8 gave 4K 0.23-0.25 ms against
- * 0.24-0.47, 8K 0.46-0.48 against 0.47-0.50, 32K and 128K 1-2% faster; 1 per worker was faster still at 4K
- * but leaves a worker idle whenever the other is held up. */
+ * cold block, the queries' preparation) and the reduce stay small: 2 beat 8 at every context, and 1 leaves
+ * a worker idle whenever the other is held up (docs/performance.md). */
 enum {
     DEFAULT_CHUNK = 512,
     LONG_CHUNK = 4096,
@@ -73,9 +71,8 @@ typedef struct attend_ctx {
 
 /* Per-worker scratch, carved from one block: a part per kv head of the item, except the block's scores and
  * weights s, which live only from a block-head's scores to its values and so are one buffer for all of a
- * worker's kv heads. One per head put 2 KB more of scratch (4 queries) on the caches' way at every
- * block-head: bench_decode q4, one thread, 64-token pages, p10 of alternating runs, 4K 395-400 µs against
- * 384-390 shared, 32K 3.16-3.19 ms against 3.09-3.12. */
+ * worker's kv heads: one per head put 2 KB more of scratch (4 queries) in the L1 at every block-head, which
+ * already holds that block-head's keys and values and the next one's prefetch. */
 typedef struct scratch {
     float *q, *qsum, *m, *l, *o, *s;
     uint8_t *prep; /* the kernel table's q4_prep output */
@@ -214,17 +211,12 @@ static cpu_rows block_rows(const gokv_layout *L, const block *b, int32_t h, int3
 /* Software prefetch. Each (block, kv head) asks for the next one in walk order (its ~20 KB of codes,
  * scales and biases at d = 128, q4): the hardware prefetchers follow a page's head blocks, but they restart
  * at every page and item. The SIMD kernels spread the request over their arithmetic (cpu_prefetch): asked
- * for at once, its ~300 lines stall the kernel's own loads. bench_kernels on a 2-core Zen 5, q4 blocks
- * walked from DRAM: 1.77x the in-cache time asked for at once, 1.11x spread (1.93x with no prefetch).
+ * for at once, its ~300 lines stall the kernel's own loads (docs/performance.md: the walk from DRAM).
  * Each kernel asks for its own half (scores the keys, values the values), except where the kernel table
  * says so (values_take_hint: the VNNI q4 scores): those scores are paced by load slots (avx512.c), which a
  * prefetch takes too, while the values kernel has slots to spare, so it asks for all of it, keys first.
- * bench_kernels: with each kernel asking for its own half, the scores took 1.18x their in-cache time in the
- * walk and the values 1.07x; with the values asking for both, 1.01x and 1.11x, and the block 1.08x instead
- * of 1.14x. bench_decode, q4, 2 threads, seven alternating runs: 4K 0.194-0.206 -> 0.190-0.195 ms, 32K
- * 1.56-1.83 -> 1.51-1.60. Not for f16 and q8, whose scores are not load-bound and whose blocks are larger:
- * at 32K all asked for by the values took f16 from 3.39-3.60 ms to 3.75-4.19, and q8 from 1.98-2.05 to
- * 2.16-2.38. */
+ * Not for f16 and q8: their scores are not load-bound and their blocks are larger, so the values kernel
+ * asking for everything made them slower. */
 static void prefetch_now(const cpu_prefetch *pf) {
     for (int i = 0; i < CPU_PREFETCH_REGIONS; i++)
         if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
@@ -289,10 +281,9 @@ static cpu_chan kivi_block_group(const gokv_layout *L, const block *b, int32_t h
 
 /* The KIVI block from token t (page id present) to at most end (<= the quantized length): t's key group
  * and the whole groups after it, CPU_BLOCK tokens at most, over two pages at most (the second present,
- * joined as in page_block). A block of one group was a softmax, a values call and their setup per 32 tokens
- * at g = 32: bench_decode kivi2, one thread, 64-token pages, p10 of alternating runs, 4K 560-565 µs against
- * 500-512 with these blocks, 32K 4.64-4.77 ms against 4.19-4.35. What a block asks for ahead is still a
- * group at a time, while each group is scored (kivi_hint): asked for all at once, 32K took 5.6-6.0 ms. */
+ * joined as in page_block): a block of one group paid a softmax, a values call and their setup every 32
+ * tokens at g = 32. What a block asks for ahead is still a group at a time, while each group is scored
+ * (kivi_hint): asking for the whole block at once stalled the kernels' loads. */
 static block kivi_block(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t t, int32_t end) {
     const int32_t P = L->page_size, g = L->group, slot = t % P, base = t - slot % g;
     block b = {base, g, t, 0, 0, cpu_page(pool, L, ids[t / P]), slot - slot % g, NULL, g};
@@ -605,10 +596,9 @@ static int32_t tile_chunks(int32_t len, int32_t chunk) {
  * there the kv heads are split first (hpi halved from all of them, ITEM_MAX_HEADS at most, while there are
  * too few items), and tokens only when single heads are still too few (MQA), DEFAULT_CHUNK at least. A long
  * context (LONG_CHUNK tokens or more per item, cut by tokens alone) is cut by tokens over all the kv heads:
- * its item starts are far apart, and a worker then reads its pages whole. q4 decode, 8 kv heads, 2 threads,
- * bench_decode: at 4K, 4 items of 2 heads took 0.197-0.200 ms against 0.221-0.227 as 4 chunks of 8 heads;
- * at 128K, 6.33-6.38 ms against 6.24-6.30 (gokv bench: 6.6-7.1 against 6.2-6.9). A chunk size given by the
- * call is kept, with heads halved while its chunks are too few. */
+ * its item starts are far apart, and a worker then reads its pages whole (at 128K that wins slightly over
+ * splitting heads; at 4K splitting heads wins by ~10%). A chunk size given by the call is kept, with heads
+ * halved while its chunks are too few. */
 static cut plan_cut(const gokv_attend_desc *d, const gokv_layout *L, int32_t n_workers, int32_t rows_per_tile) {
     int64_t n_pre = 0, n_dec = 0, total = 0, chunks = 0; /* prefill tiles, decode tiles, their tokens and chunks */
     for (int32_t s = 0; s < d->n_seqs; s++) {

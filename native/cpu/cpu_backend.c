@@ -197,8 +197,8 @@ static gokv_status cpu_device_info(void *impl, gokv_device_info *out) {
 /* Pool memory: zeroed and 64-byte aligned. Pools of 2 MiB or more come from an anonymous mapping aligned to
  * 2 MiB and marked MADV_HUGEPAGE: a long context is a walk over thousands of pages scattered through the
  * pool, and with 4 KiB pages every 4 KiB of them can cost a TLB miss and a page walk (the kernel may decline
- * the advice; the memory is then simply 4 KiB pages). On the 2-core Zen 5 test machine a 128K-token q4 walk
- * measured no faster with it (TLB misses were not its bottleneck); bigger pools and smaller TLBs may differ.
+ * the advice; the memory is then simply 4 KiB pages). A 128K-token walk on the test machine was no faster
+ * with it (TLB misses were not its bottleneck); larger pools and smaller TLBs may gain.
  * Smaller pools, and systems without mmap, use calloc. */
 enum { POOL_HUGE = 2u << 20 };
 

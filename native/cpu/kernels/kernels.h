@@ -279,10 +279,8 @@ static inline void cpu_prefetch_step(cpu_prefetch_walk *w) { cpu_prefetch_take(w
 
 /* cpu_prefetch_step with the line loop unrolled by 4. In the AVX-512 values kernel of q4, which asks for the
  * whole hint of the next block-head (~320 lines, keys and values), the loop's compares and branches were 8%
- * of its samples: unrolled, bench_decode q4 p10 (alternating binaries) one thread 4K 370-379 -> 361-366 us,
- * 32K 3.00-3.06 -> 2.90-2.92 ms, two threads 128K 6.24-6.31 -> 5.93-6.13 ms. For every kernel it slowed f16
- * (32K 5.1 -> 8.0 ms) and q8 (4.3 -> 4.8 ms), whose hints are larger: back to back, their prefetches stall on
- * the miss buffers, so only that kernel takes it. */
+ * of its samples, and unrolled it is 3-5% faster. f16 and q8, whose hints are larger, got slower with it
+ * (back to back, their prefetches stall on the miss buffers), so only that kernel takes it. */
 static inline void cpu_prefetch_step4(cpu_prefetch_walk *w) { cpu_prefetch_take_by(w, cpu_prefetch_line_visit, NULL, 4); }
 
 /* Runs CALL(N) with N the compile-time constant equal to the query count nc (1-4, or 8 for CPU_BY_NQ8): the
