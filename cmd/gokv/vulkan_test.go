@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// `gokv attend --backend vulkan` must agree with `--backend cpu` on the same files (issue 4), and each
+// `gokv attend --backend vulkan` must agree with `--backend cpu` on the same files, and each
 // must match the float64 model on its own.
 func TestAttendVulkanAgreesWithCPU(t *testing.T) {
 	for i, c := range attendCases {
