@@ -316,8 +316,7 @@ gokv_status gokv_append_attend(gokv_device *dev, const gokv_write_desc *write, c
     gokv_pool *pool = a.pool;
     gokv_write_desc w = {0};
     if (write && (st = gokv_validate_write(op, pool, write, &w, &k_range, &v_range))) return st;
-    const float new_v = pool->layout.v_is_k_prefix ? k_range.max_abs : v_range.max_abs;
-    if ((st = gokv_check_score_range(op, pool, &a, &q_range, k_range.max_abs, new_v))) return st;
+    if ((st = gokv_check_score_range(op, pool, &a, &q_range, k_range.max_abs, v_range.max_abs))) return st;
     if (write) {
         if (w.n_seqs > 0) {
             gokv_pool_note_range(pool, &k_range, &v_range);

@@ -36,6 +36,8 @@ gokv_status gokv_take_desc(const char *op, const char *what, void *dst, size_t d
 /* Each checks every field of a caller's descriptor, fills the validated copy, and returns a status with
  * a message naming the argument at fault. Nothing is touched before these succeed. */
 gokv_status gokv_validate_pool_desc(gokv_pool_desc *d);
+/* gokv_validate_write also fills the magnitudes of the keys and values to be written (with
+ * v_is_k_prefix, the values' are the keys'); either may be NULL. */
 gokv_status gokv_validate_write(const char *op, gokv_pool *pool, const gokv_write_desc *in, gokv_write_desc *d,
                                 gokv_value_range *k_range, gokv_value_range *v_range);
 gokv_status gokv_validate_read(const char *op, gokv_pool *pool, const gokv_read_desc *in, gokv_read_desc *d);

@@ -173,7 +173,7 @@ static void raise_bits(uint32_t *bits, float x) {
 
 void gokv_pool_note_range(gokv_pool *pool, const gokv_value_range *k_range, const gokv_value_range *v_range) {
     raise_bits(&pool->max_abs_k_bits, k_range->max_abs);
-    raise_bits(&pool->max_abs_v_bits, pool->layout.v_is_k_prefix ? k_range->max_abs : v_range->max_abs);
+    raise_bits(&pool->max_abs_v_bits, v_range->max_abs);
 }
 
 gokv_status gokv_check_score_range(const char *op, const gokv_pool *pool, const gokv_attend_desc *d,
@@ -268,6 +268,7 @@ gokv_status gokv_validate_write(const char *op, gokv_pool *pool, const gokv_writ
     if (rows > 0 && !L->v_is_k_prefix &&
         (st = check_values(op, "v", d->v, rows, L->n_kv_heads, L->d_v, fp16_range, "token row", v_range)))
         return st;
+    if (L->v_is_k_prefix && k_range && v_range) *v_range = *k_range; /* the values are the keys' first dims */
     uint8_t *seen_pages = calloc(((size_t)pool->desc.n_pages + 7) / 8, 1);
     uint8_t *seen_slots = calloc(((size_t)pool->desc.n_residual_slots + 7) / 8 + 1, 1);
     if (!seen_pages || !seen_slots) {

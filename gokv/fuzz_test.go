@@ -121,11 +121,7 @@ func FuzzParseSize(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		n, err := ParseSize(s)
 		if err != nil {
-			msg := err.Error()
-			if !strings.Contains(msg, strconv.Quote(s)) {
-				t.Fatalf("error does not quote the input %q: %s", s, msg)
-			}
-			fuzzRequirePrintable(t, "error", msg)
+			fuzzRequireQuotedError(t, s, err)
 			return
 		}
 		if n < 0 {
@@ -161,11 +157,7 @@ func FuzzParseFormat(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		format, err := ParseFormat(s)
 		if err != nil {
-			msg := err.Error()
-			if !strings.Contains(msg, strconv.Quote(s)) {
-				t.Fatalf("error does not quote the input %q: %s", s, msg)
-			}
-			fuzzRequirePrintable(t, "error", msg)
+			fuzzRequireQuotedError(t, s, err)
 			return
 		}
 		require.NoError(t, format.validateParams(), "ParseFormat(%q) = %+v", s, format)
@@ -189,4 +181,14 @@ func fuzzRequirePrintable(t *testing.T, what, s string) {
 			t.Fatalf("%s has %U at byte %d: %q", what, r, i, s)
 		}
 	}
+}
+
+// fuzzRequireQuotedError checks a parser's error: it quotes the input it refused and prints safely.
+func fuzzRequireQuotedError(t *testing.T, input string, err error) {
+	t.Helper()
+	msg := err.Error()
+	if !strings.Contains(msg, strconv.Quote(input)) {
+		t.Fatalf("error does not quote the input %q: %s", input, msg)
+	}
+	fuzzRequirePrintable(t, "error", msg)
 }
