@@ -39,7 +39,8 @@ struct cpu_threadpool {
     cpu_task_fn fn;
     void *ctx;
     uint32_t loop;            /* the caller's count of loops (the claims' high half) */
-    _Atomic int64_t n;        /* indices of the current loop */
+    _Atomic uint64_t limit;   /* loop << 32 | its index count: read with the loop's number, so a late
+                                 worker never pairs an old claim with a later loop's count */
     _Atomic uint64_t claim;   /* loop << 32 | next index to hand out */
     _Atomic int64_t finished; /* indices of the current loop done */
 };
@@ -55,7 +56,9 @@ static void drain(cpu_threadpool *tp, int32_t worker, uint32_t loop) {
     uint64_t c = atomic_load_explicit(&tp->claim, memory_order_acquire);
     for (;;) {
         if ((uint32_t)(c >> 32) != loop) return;
-        const int64_t i = (int64_t)(uint32_t)c, n = atomic_load_explicit(&tp->n, memory_order_relaxed);
+        const uint64_t lim = atomic_load_explicit(&tp->limit, memory_order_acquire);
+        if ((uint32_t)(lim >> 32) != loop) return;
+        const int64_t i = (int64_t)(uint32_t)c, n = (int64_t)(uint32_t)lim;
         if (i >= n) return;
         if (!atomic_compare_exchange_weak_explicit(&tp->claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire))
             continue;
@@ -194,7 +197,7 @@ int32_t cpu_threadpool_size(const cpu_threadpool *tp) { return tp->n_threads; }
 void cpu_threadpool_run(cpu_threadpool *tp, int64_t n, cpu_task_fn fn, void *ctx) {
     if (n <= 0) return;
     pthread_mutex_lock(&tp->run_mu);
-    if (tp->n_threads == 1 || n == 1 || n > UINT32_MAX) {
+    if (tp->n_threads == 1 || n == 1 || n >= UINT32_MAX) {
         for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
         pthread_mutex_unlock(&tp->run_mu);
         return;
@@ -204,7 +207,7 @@ void cpu_threadpool_run(cpu_threadpool *tp, int64_t n, cpu_task_fn fn, void *ctx
     tp->fn = fn;
     tp->ctx = ctx;
     const uint32_t loop = ++tp->loop;
-    atomic_store_explicit(&tp->n, n, memory_order_relaxed);
+    atomic_store_explicit(&tp->limit, (uint64_t)loop << 32 | (uint64_t)n, memory_order_relaxed);
     atomic_store_explicit(&tp->finished, 0, memory_order_relaxed);
     atomic_store_explicit(&tp->claim, (uint64_t)loop << 32, memory_order_release);
     pthread_mutex_lock(&tp->mu); /* sleeping workers check under it */
