@@ -248,6 +248,43 @@ gokv_status gokv_append_attend(gokv_device *dev, const gokv_write_desc *write, c
  * -1 (with gokv_last_error set) for n < 0, group_size <= 0 or residual < 0. */
 int32_t gokv_kivi_quantized_len(int32_t n, int32_t group_size, int32_t residual);
 
+/* ---- sizes without a device (docs/architecture.md §4) ---- */
+typedef struct gokv_layout_sizes {
+    uint32_t struct_size;         /* set by the caller: sizeof(gokv_layout_sizes) */
+    uint64_t page_bytes;          /* one page: P tokens of every kv head, sections 64-byte aligned */
+    uint64_t page_code_bytes;     /* of which stored elements or codes */
+    uint64_t page_meta_bytes;     /* of which fp16 scales and biases */
+    uint64_t residual_slot_bytes; /* one KIVI residual ring (R + g rows of fp16 K and V); 0 otherwise */
+} gokv_layout_sizes;
+/* What a pool of this description allocates, from the same layout code every backend allocates by, with
+ * no device: a pure function of the description, validated as gokv_pool_create validates it. The rest of
+ * a page (page_bytes - code - meta) is alignment and tile padding. */
+gokv_status gokv_layout_sizes_get(const gokv_pool_desc *desc, gokv_layout_sizes *out);
+
+/* ---- inspection, measurement and fault injection, for tests and benchmarks ----
+ * Optional per backend: one without the slot answers GOKV_ENOTSUP naming itself and the operation. */
+
+/* Copies page `page` of a pool exactly as stored (gokv_layout.h) into out, which holds out_bytes >= the
+ * pool's page bytes. gokv_pool_slot_bytes does the same for KIVI residual slot `slot` (its ring bytes). */
+gokv_status gokv_pool_page_bytes(gokv_pool *pool, int32_t page, void *out, uint64_t out_bytes);
+gokv_status gokv_pool_slot_bytes(gokv_pool *pool, int32_t slot, void *out, uint64_t out_bytes);
+
+typedef struct gokv_device_ceilings {
+    uint32_t struct_size;  /* set by the caller: sizeof(gokv_device_ceilings) */
+    double read_gbps;      /* GB/s (1e9 B/s) at which the device streams memory: attention's floor */
+    double peak_gflops;    /* float32 FMA peak, an FMA counting 2; 0 where not measured */
+    char method[96];       /* what read_gbps measured, e.g. "streaming read" or "buffer copy, read + write" */
+} gokv_device_ceilings;
+/* Measures the device's ceilings over about `bytes` of memory (0: the backend's default; at least 1 MiB
+ * otherwise). Takes up to a few seconds; for benchmarks, never called by the other operations. */
+gokv_status gokv_device_measure(gokv_device *dev, uint64_t bytes, gokv_device_ceilings *out);
+
+/* Makes the next operation of `site` on any device of `backend` fail with the backend's own error code
+ * `code` (Vulkan: a VkResult, e.g. VK_ERROR_DEVICE_LOST = -4, VK_ERROR_OUT_OF_DEVICE_MEMORY = -2), as a
+ * real failure would; code 0 disarms the site. For tests of the error paths. */
+enum { GOKV_FAULT_SUBMIT = 0, GOKV_FAULT_ALLOC = 1 };
+gokv_status gokv_inject_fault(const char *backend, int32_t site, int32_t code);
+
 #ifdef __cplusplus
 }
 #endif

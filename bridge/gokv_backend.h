@@ -18,6 +18,7 @@ extern "C" {
 #endif
 
 typedef struct gokv_backend {
+    /* ---- required ---- */
     const char *name;
     /* Opens device index (>= 0, or -1 for the backend's choice) or the one whose name contains
      * name_filter. Returns the backend's device object in *impl. */
@@ -34,6 +35,16 @@ typedef struct gokv_backend {
     gokv_status (*pool_copy)(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *desc);
     /* Validated: page tables cover kv_len, ids in [-1, n_pages), queries and sinks finite. */
     gokv_status (*attend)(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *desc);
+
+    /* ---- optional (NULL: the core answers GOKV_ENOTSUP): what tests and benchmarks need ---- */
+    /* Copies page `page` (validated in range) or residual slot `slot` as stored: L->page_bytes or
+     * L->ring_bytes bytes to out. */
+    gokv_status (*page_bytes)(void *dev, void *pool, const gokv_layout *L, int32_t page, void *out);
+    gokv_status (*slot_bytes)(void *dev, void *pool, const gokv_layout *L, int32_t slot, void *out);
+    /* Fills read_gbps, peak_gflops and method (bytes: 0 or >= 1 MiB). */
+    gokv_status (*measure)(void *dev, uint64_t bytes, gokv_device_ceilings *out);
+    /* Arms (code != 0) or disarms site GOKV_FAULT_* for every device of the backend. */
+    gokv_status (*inject_fault)(int32_t site, int32_t code);
 } gokv_backend;
 
 /* The token ranges that queries at positions [p0, p1] of a sequence of kv_len tokens can see under the
@@ -80,6 +91,9 @@ void gokv_log(int32_t level, const char *backend, const char *op, const char *fm
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+
+/* The layout of a pool (any backend): for tests that check stored bytes against gokv_layout.h. */
+const gokv_layout *gokv_pool_layout(const gokv_pool *pool);
 
 /* The CPU backend's table (native/cpu); the core registers it first. */
 const gokv_backend *gokv_cpu_backend(void);

@@ -66,6 +66,22 @@ static inline gokv_cgo_result gokv_cgo_append_attend(gokv_device *dev, const gok
     return gokv_cgo_result_of(gokv_append_attend(dev, w, a));
 }
 
+static inline gokv_cgo_result gokv_cgo_layout_sizes(const gokv_pool_desc *d, gokv_layout_sizes *out) {
+    return gokv_cgo_result_of(gokv_layout_sizes_get(d, out));
+}
+static inline gokv_cgo_result gokv_cgo_pool_page_bytes(gokv_pool *pool, int32_t page, void *out, uint64_t n) {
+    return gokv_cgo_result_of(gokv_pool_page_bytes(pool, page, out, n));
+}
+static inline gokv_cgo_result gokv_cgo_pool_slot_bytes(gokv_pool *pool, int32_t slot, void *out, uint64_t n) {
+    return gokv_cgo_result_of(gokv_pool_slot_bytes(pool, slot, out, n));
+}
+static inline gokv_cgo_result gokv_cgo_device_measure(gokv_device *dev, uint64_t bytes, gokv_device_ceilings *out) {
+    return gokv_cgo_result_of(gokv_device_measure(dev, bytes, out));
+}
+static inline gokv_cgo_result gokv_cgo_inject_fault(const char *backend, int32_t site, int32_t code) {
+    return gokv_cgo_result_of(gokv_inject_fault(backend, site, code));
+}
+
 /* The log callback: C hands it const strings; the exported Go function (log_export.go) takes char *. */
 extern void gokvGoLog(void *user, int32_t level, char *backend, char *op, char *msg);
 static inline void gokv_cgo_log_trampoline(void *user, int32_t level, const char *backend, const char *op,

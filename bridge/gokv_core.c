@@ -120,9 +120,19 @@ static void register_cpu(void) {
 
 gokv_status gokv_register_backend(const gokv_backend *b) {
     pthread_once(&g_reg_once, register_cpu);
-    if (!b || !b->name || !b->device_open || !b->device_close || !b->device_info || !b->pool_create ||
-        !b->pool_destroy || !b->pool_write)
-        return gokv_set_error(GOKV_EINVAL, "gokv_register_backend: backend table is missing a required slot");
+    if (!b || !b->name) return gokv_set_error(GOKV_EINVAL, "gokv_register_backend: table or its name is NULL");
+    const struct {
+        const char *slot;
+        int present;
+    } required[] = {{"device_open", !!b->device_open}, {"device_close", !!b->device_close},
+                    {"device_info", !!b->device_info}, {"pool_create", !!b->pool_create},
+                    {"pool_destroy", !!b->pool_destroy}, {"pool_write", !!b->pool_write},
+                    {"pool_read", !!b->pool_read},     {"pool_copy", !!b->pool_copy},
+                    {"attend", !!b->attend}};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!required[i].present)
+            return gokv_set_error(GOKV_EINVAL, "gokv_register_backend: backend \"%s\" lacks the required slot %s",
+                                  b->name, required[i].slot);
     gokv_status st = GOKV_OK;
     pthread_mutex_lock(&g_reg_mu);
     int found = 0;
@@ -255,6 +265,96 @@ gokv_status gokv_pool_sizes(const gokv_pool *pool, uint64_t *page_bytes, uint64_
 }
 
 const gokv_layout *gokv_pool_layout(const gokv_pool *pool) { return pool ? &pool->layout : NULL; }
+
+gokv_status gokv_layout_sizes_get(const gokv_pool_desc *desc, gokv_layout_sizes *out) {
+    static const char *const op = "gokv_layout_sizes_get";
+    if (!out) return gokv_set_error(GOKV_EINVAL, "%s: out is NULL", op);
+    if (out->struct_size < sizeof *out)
+        return gokv_set_error(GOKV_EVERSION, "%s: out->struct_size %u is smaller than %zu", op, out->struct_size, sizeof *out);
+    gokv_pool_desc d;
+    gokv_status st = gokv_take_desc(op, "desc", &d, sizeof d, desc, desc ? desc->struct_size : 0);
+    if (st) return st;
+    if ((st = gokv_validate_pool_desc(&d))) return st;
+    gokv_layout L;
+    gokv_layout_init(&L, &d);
+    const uint64_t H = (uint64_t)L.n_kv_heads, P = (uint64_t)L.page_size;
+    /* KIVI keys: k_row_bytes covers one group of g tokens; per-token formats: one token. */
+    const uint64_t k_rows = L.kivi ? P / (uint64_t)L.group : P;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    out->page_bytes = L.page_bytes;
+    out->page_code_bytes = H * (k_rows * L.k_row_bytes + P * L.v_row_bytes);
+    out->page_meta_bytes = H * 2u * 2u * (k_rows * (uint64_t)L.k_groups + P * (uint64_t)L.v_groups);
+    out->residual_slot_bytes = L.ring_bytes;
+    return ok();
+}
+
+/* ---- inspection, measurement and fault injection (optional slots) ---- */
+
+static gokv_status not_supported(const char *op, const gokv_backend *be, const char *slot) {
+    return gokv_set_error(GOKV_ENOTSUP, "%s: backend \"%s\" does not implement %s", op, be->name, slot);
+}
+
+/* Shared by gokv_pool_page_bytes and gokv_pool_slot_bytes: checks the index and the buffer, then copies. */
+static gokv_status pool_raw_bytes(const char *op, gokv_pool *pool, int32_t index, void *out, uint64_t out_bytes,
+                                  int slot) {
+    if (!pool) return gokv_set_error(GOKV_EINVAL, "%s: pool is NULL", op);
+    if (!out) return gokv_set_error(GOKV_EINVAL, "%s: out is NULL", op);
+    const char *what = slot ? "residual slot" : "page";
+    const int32_t n = slot ? pool->desc.n_residual_slots : pool->desc.n_pages;
+    if (index < 0 || index >= n)
+        return gokv_set_error(GOKV_ERANGE, "%s: %s %d is not in [0, %d)", op, what, index, n);
+    const uint64_t need = slot ? pool->layout.ring_bytes : pool->layout.page_bytes;
+    if (out_bytes < need)
+        return gokv_set_error(GOKV_EINVAL, "%s: out holds %llu bytes, a %s needs %llu", op,
+                              (unsigned long long)out_bytes, what, (unsigned long long)need);
+    const gokv_backend *be = pool->dev->be;
+    gokv_status (*fn)(void *, void *, const gokv_layout *, int32_t, void *) = slot ? be->slot_bytes : be->page_bytes;
+    if (!fn) return not_supported(op, be, slot ? "slot_bytes" : "page_bytes");
+    gokv_status st = fn(pool->dev->impl, pool->impl, &pool->layout, index, out);
+    return st ? st : ok();
+}
+
+gokv_status gokv_pool_page_bytes(gokv_pool *pool, int32_t page, void *out, uint64_t out_bytes) {
+    return pool_raw_bytes("gokv_pool_page_bytes", pool, page, out, out_bytes, 0);
+}
+
+gokv_status gokv_pool_slot_bytes(gokv_pool *pool, int32_t slot, void *out, uint64_t out_bytes) {
+    return pool_raw_bytes("gokv_pool_slot_bytes", pool, slot, out, out_bytes, 1);
+}
+
+gokv_status gokv_device_measure(gokv_device *dev, uint64_t bytes, gokv_device_ceilings *out) {
+    static const char *const op = "gokv_device_measure";
+    if (!dev) return gokv_set_error(GOKV_EINVAL, "%s: dev is NULL", op);
+    if (!out) return gokv_set_error(GOKV_EINVAL, "%s: out is NULL", op);
+    if (out->struct_size < sizeof *out)
+        return gokv_set_error(GOKV_EVERSION, "%s: out->struct_size %u is smaller than %zu", op, out->struct_size, sizeof *out);
+    if (bytes != 0 && bytes < (1u << 20))
+        return gokv_set_error(GOKV_EINVAL, "%s: bytes %llu is below 1 MiB (0 picks the backend's default)", op,
+                              (unsigned long long)bytes);
+    if (!dev->be->measure) return not_supported(op, dev->be, "measure");
+    gokv_device_ceilings c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    gokv_status st = dev->be->measure(dev->impl, bytes, &c);
+    if (st) return st;
+    c.method[sizeof c.method - 1] = '\0';
+    *out = c;
+    return ok();
+}
+
+gokv_status gokv_inject_fault(const char *backend, int32_t site, int32_t code) {
+    static const char *const op = "gokv_inject_fault";
+    if (!backend) return gokv_set_error(GOKV_EINVAL, "%s: backend is NULL", op);
+    if (site != GOKV_FAULT_SUBMIT && site != GOKV_FAULT_ALLOC)
+        return gokv_set_error(GOKV_EINVAL, "%s: site %d is not a GOKV_FAULT_* site", op, site);
+    const gokv_backend *be = find_backend(backend);
+    if (!be || strcmp(backend, "auto") == 0)
+        return gokv_set_error(GOKV_ENODEV, "%s: backend \"%s\" is not compiled into this build", op, backend);
+    if (!be->inject_fault) return not_supported(op, be, "inject_fault");
+    gokv_status st = be->inject_fault(site, code);
+    return st ? st : ok();
+}
 
 /* Dispatches a validated call on a pool to an optional backend slot. */
 #define GOKV_POOL_CALL(op, pool, slot, desc_ptr)                                                              \

@@ -52,23 +52,7 @@ func NewPool(dev *Device, desc PoolDesc) (*Pool, error) {
 		return nil, err
 	}
 	defer dev.mu.RUnlock()
-	prefix := C.int32_t(0)
-	if desc.VIsKPrefix {
-		prefix = 1
-	}
-	cd := C.gokv_pool_desc{
-		struct_size:      C.uint32_t(unsafe.Sizeof(C.gokv_pool_desc{})),
-		format:           C.int32_t(desc.Format),
-		group_size:       C.int32_t(clampInt32(desc.GroupSize)),
-		residual:         C.int32_t(clampInt32(desc.Residual)),
-		n_kv_heads:       C.int32_t(clampInt32(desc.KVHeads)),
-		head_dim_k:       C.int32_t(clampInt32(desc.HeadDimK)),
-		head_dim_v:       C.int32_t(clampInt32(desc.HeadDimV)),
-		v_is_k_prefix:    prefix,
-		page_size:        C.int32_t(clampInt32(desc.PageSize)),
-		n_pages:          C.int32_t(clampInt32(desc.Pages)),
-		n_residual_slots: C.int32_t(clampInt32(desc.ResidualSlots)),
-	}
+	cd := desc.cDesc()
 	var h *C.gokv_pool
 	err := resultError(op, C.gokv_cgo_pool_create(dev.handle, &cd, &h))
 	runtime.KeepAlive(dev)
@@ -83,6 +67,27 @@ func NewPool(dev *Device, desc PoolDesc) (*Pool, error) {
 	dev.pools[p] = struct{}{}
 	dev.poolsMu.Unlock()
 	return p, nil
+}
+
+// cDesc is desc as the C struct, every count clamped to int32 (the core rejects what is out of range).
+func (desc PoolDesc) cDesc() C.gokv_pool_desc {
+	prefix := C.int32_t(0)
+	if desc.VIsKPrefix {
+		prefix = 1
+	}
+	return C.gokv_pool_desc{
+		struct_size:      C.uint32_t(unsafe.Sizeof(C.gokv_pool_desc{})),
+		format:           C.int32_t(desc.Format),
+		group_size:       C.int32_t(clampInt32(desc.GroupSize)),
+		residual:         C.int32_t(clampInt32(desc.Residual)),
+		n_kv_heads:       C.int32_t(clampInt32(desc.KVHeads)),
+		head_dim_k:       C.int32_t(clampInt32(desc.HeadDimK)),
+		head_dim_v:       C.int32_t(clampInt32(desc.HeadDimV)),
+		v_is_k_prefix:    prefix,
+		page_size:        C.int32_t(clampInt32(desc.PageSize)),
+		n_pages:          C.int32_t(clampInt32(desc.Pages)),
+		n_residual_slots: C.int32_t(clampInt32(desc.ResidualSlots)),
+	}
 }
 
 // Desc returns the pool's description, with PageSize defaulted.

@@ -264,9 +264,9 @@ func TestVulkanErrors(t *testing.T) {
 
 	small := withFormat(testGeometries[0].desc, FormatQ4)
 	small.Pages = 4
-	VulkanInjectFailure(1, -2) // VK_ERROR_OUT_OF_DEVICE_MEMORY at the next allocation
+	mustInject(t, FaultAlloc, -2) // VK_ERROR_OUT_OF_DEVICE_MEMORY at the next allocation
 	_, err = NewPool(vk, small)
-	VulkanInjectFailure(1, 0)
+	mustInject(t, FaultAlloc, 0)
 	assert.ErrorIs(t, err, ErrNoMem, "%v", err)
 	p, err := NewPool(vk, small)
 	require.NoError(t, err, "after an injected allocation failure")
@@ -275,9 +275,9 @@ func TestVulkanErrors(t *testing.T) {
 	lost := openVulkan(t)
 	c := newCache(t, lost, small, []int{50}, rand.New(rand.NewPCG(1, 2)))
 	in := buildAttend(c, attendCase{}, 8, rand.New(rand.NewPCG(3, 4)))
-	VulkanInjectFailure(0, -4) // VK_ERROR_DEVICE_LOST at the next submit
+	mustInject(t, FaultSubmit, -4) // VK_ERROR_DEVICE_LOST at the next submit
 	err = Attend(lost, in.batch)
-	VulkanInjectFailure(0, 0)
+	mustInject(t, FaultSubmit, 0)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrDevice, "%v", err)
 	var e *Error
@@ -293,4 +293,11 @@ func TestVulkanErrors(t *testing.T) {
 	c2 := newCache(t, vk, small, []int{50}, rand.New(rand.NewPCG(1, 2)))
 	in2 := buildAttend(c2, attendCase{}, 8, rand.New(rand.NewPCG(3, 4)))
 	require.NoError(t, Attend(vk, in2.batch))
+}
+
+func mustInject(t *testing.T, site, code int) {
+	t.Helper()
+	if err := InjectFault("vulkan", site, code); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -151,12 +151,11 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 	if readBytes <= 0 {
 		readBytes = 512 << 20
 	}
-	var ceil ceilings
-	if info.Backend == "cpu" {
-		ceil = measureCeilings(info.Threads, readBytes)
-	} else if ceil, err = deviceCeilings(dev, info, readBytes); err != nil {
+	m, err := dev.Measure(uint64(readBytes))
+	if err != nil {
 		return fmt.Errorf("measuring the %s device's floor: %w", info.Backend, err)
 	}
+	ceil := ceilings{ReadGBps: m.ReadGBps, PeakGFLOPs: m.PeakGFLOPs, Source: m.Method}
 	if !o.json {
 		fmt.Fprintf(stdout, "%s: %s, %d threads, %s\n", info.Backend, info.Name, info.Threads, info.Features)
 		peak := "not measured"

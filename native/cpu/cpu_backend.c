@@ -262,6 +262,31 @@ static void cpu_pool_destroy(void *dev, void *impl) {
     free(p);
 }
 
+static gokv_status cpu_page_bytes(void *dev, void *impl, const gokv_layout *L, int32_t page, void *out) {
+    (void)dev;
+    memcpy(out, cpu_page(impl, L, page), L->page_bytes);
+    return GOKV_OK;
+}
+
+static gokv_status cpu_slot_bytes(void *dev, void *impl, const gokv_layout *L, int32_t slot, void *out) {
+    (void)dev;
+    memcpy(out, cpu_ring(impl, L, slot), L->ring_bytes);
+    return GOKV_OK;
+}
+
+/* The ceilings of docs/architecture.md §9 with the device's threads (roofline.c). */
+static gokv_status cpu_measure(void *impl, uint64_t bytes, gokv_device_ceilings *out) {
+    const cpu_device *dev = impl;
+    out->read_gbps = gokv_cpu_measure_read_gbps(dev->n_threads, bytes);
+    out->peak_gflops = gokv_cpu_measure_peak_gflops(dev->n_threads);
+    if (out->read_gbps <= 0 || out->peak_gflops <= 0)
+        return gokv_set_error(GOKV_ENOMEM, "gokv_device_measure: cpu: cannot allocate the buffer or start %d threads",
+                              dev->n_threads);
+    snprintf(out->method, sizeof out->method, "streaming read and fp32 FMA peak, %d threads, %s", dev->n_threads,
+             gokv_cpu_simd_name(level_in_force()));
+    return GOKV_OK;
+}
+
 static const gokv_backend g_cpu_backend = {
     .name = "cpu",
     .device_open = cpu_device_open,
@@ -273,6 +298,9 @@ static const gokv_backend g_cpu_backend = {
     .pool_read = cpu_pool_read,
     .pool_copy = cpu_pool_copy,
     .attend = cpu_attend,
+    .page_bytes = cpu_page_bytes,
+    .slot_bytes = cpu_slot_bytes,
+    .measure = cpu_measure,
 };
 
 const gokv_backend *gokv_cpu_backend(void) { return &g_cpu_backend; }

@@ -12,9 +12,6 @@
 extern "C" {
 #endif
 
-/* The layout of a pool (any backend). */
-const gokv_layout *gokv_pool_layout(const gokv_pool *pool);
-
 /* CPU pools only: the bytes of page `page` (layout.page_bytes long) and of residual slot `slot`
  * (layout.ring_bytes long); NULL if out of range or not a CPU pool. For tests of the stored format. */
 const uint8_t *gokv_cpu_page_bytes(const gokv_pool *pool, int32_t page);

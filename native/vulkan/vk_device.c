@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gokv_core.h"
 #include "vk_internal.h"
 
 /* ---- process-wide counters and test hooks ---- */
@@ -32,8 +31,10 @@ static atomic_int g_inject_result[2]; /* 0: none, else the VkResult the next sub
 
 uint64_t gokv_vulkan_validation_messages(void) { return (uint64_t)atomic_load(&g_validation_messages); }
 
-void gokv_vulkan_test_inject(int32_t site, int32_t vk_result) {
-    if (site == GOKV_VULKAN_INJECT_SUBMIT || site == GOKV_VULKAN_INJECT_ALLOC) atomic_store(&g_inject_result[site], vk_result);
+/* Backend slot inject_fault: site is a validated GOKV_FAULT_* index. */
+static gokv_status inject_fault(int32_t site, int32_t vk_result) {
+    atomic_store(&g_inject_result[site], vk_result);
+    return GOKV_OK;
 }
 
 static VkResult take_injected(int site) { return (VkResult)atomic_exchange(&g_inject_result[site], 0); }
@@ -169,7 +170,7 @@ gokv_status vkb_buffer_create(vkb_device *d, VkDeviceSize size, int host, const 
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
                                .allocationSize = req.size,
                                .memoryTypeIndex = (uint32_t)type};
-    VkResult r = take_injected(GOKV_VULKAN_INJECT_ALLOC);
+    VkResult r = take_injected(GOKV_FAULT_ALLOC);
     if (r == VK_SUCCESS) r = vkAllocateMemory(d->dev, &ai, NULL, &out->mem);
     if (r != VK_SUCCESS) {
         out->mem = VK_NULL_HANDLE;
@@ -411,7 +412,7 @@ gokv_status vkb_call_submit(vkb_call *c, const char *op) {
                  VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     VK_TRY(d, vkEndCommandBuffer(c->cmd), op, "ending the command buffer");
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cmd};
-    VkResult r = take_injected(GOKV_VULKAN_INJECT_SUBMIT);
+    VkResult r = take_injected(GOKV_FAULT_SUBMIT);
     if (r == VK_SUCCESS) r = vkQueueSubmit(d->queue, 1, &si, d->fence);
     if (r != VK_SUCCESS) return vkb_error(d, r, op, "vkQueueSubmit");
     /* A generous bound: a healthy call takes milliseconds on a GPU, seconds at most on lavapipe. */
@@ -896,24 +897,29 @@ static gokv_status pool_copy(void *dev_, void *pool_, const gokv_layout *L, cons
     return st;
 }
 
-/* Test hook (gokv_vulkan.h): one page's bytes, copied through the download buffer. */
-gokv_status gokv_vulkan_test_page_bytes(gokv_pool *pool, int32_t page, void *out) {
-    const char *op = "gokv_vulkan_test_page_bytes";
-    if (!pool || !out) return gokv_set_error(GOKV_EINVAL, "%s: pool or out is NULL", op);
-    vkb_device *d = vkb_device_of(pool->dev, op);
-    if (!d) return GOKV_EINVAL;
-    vkb_pool *p = pool->impl;
-    if (page < 0 || page >= p->n_pages)
-        return gokv_set_error(GOKV_EINVAL, "%s: page %d is not in [0, %d)", op, page, p->n_pages);
+/* Backend slots page_bytes and slot_bytes: `bytes` at `offset` of buffer src, copied through the download
+ * buffer. */
+static gokv_status download(vkb_device *d, vkb_pool *p, VkBuffer src, uint64_t offset, uint64_t bytes, void *out,
+                            const char *op) {
     vkb_call c;
-    gokv_status st = vkb_call_begin(d, p, 0, 0, p->L.page_bytes, &c);
+    gokv_status st = vkb_call_begin(d, p, 0, 0, bytes, &c);
     if (st) return st;
-    const VkBufferCopy region = {.srcOffset = (VkDeviceSize)page * p->L.page_bytes, .size = p->L.page_bytes};
-    vkCmdCopyBuffer(c.cmd, p->pages.buf, d->down.buf, 1, &region);
+    const VkBufferCopy region = {.srcOffset = offset, .size = bytes};
+    vkCmdCopyBuffer(c.cmd, src, d->down.buf, 1, &region);
     st = vkb_call_submit(&c, op);
-    if (!st) memcpy(out, c.down, p->L.page_bytes);
+    if (!st) memcpy(out, c.down, bytes);
     vkb_call_end(&c);
     return st;
+}
+
+static gokv_status page_bytes(void *dev_, void *pool_, const gokv_layout *L, int32_t page, void *out) {
+    vkb_pool *p = pool_;
+    return download(dev_, p, p->pages.buf, (uint64_t)page * L->page_bytes, L->page_bytes, out, "gokv_pool_page_bytes");
+}
+
+static gokv_status slot_bytes(void *dev_, void *pool_, const gokv_layout *L, int32_t slot, void *out) {
+    vkb_pool *p = pool_;
+    return download(dev_, p, p->ring.buf, (uint64_t)slot * L->ring_bytes, L->ring_bytes, out, "gokv_pool_slot_bytes");
 }
 
 /* ---- the backend table ---- */
@@ -929,6 +935,10 @@ static const gokv_backend g_vulkan_backend = {
     .pool_read = vkb_pool_read,
     .pool_copy = pool_copy,
     .attend = vkb_attend,
+    .page_bytes = page_bytes,
+    .slot_bytes = slot_bytes,
+    .measure = vkb_measure,
+    .inject_fault = inject_fault,
 };
 
 const gokv_backend *gokv_vulkan_backend(void) { return &g_vulkan_backend; }

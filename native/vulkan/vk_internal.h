@@ -196,8 +196,8 @@ const char *vkb_result_name(VkResult r);
 
 /* ---- vk_bench.c: measurements for gokv bench ---- */
 
-/* The Vulkan device behind a gokv_device (NULL, with an error naming op, for another backend's). */
-vkb_device *vkb_device_of(gokv_device *dev, const char *op);
+/* Backend slot measure: the copy bandwidth attention is held to. */
+gokv_status vkb_measure(void *dev, uint64_t bytes, gokv_device_ceilings *out);
 
 /* Times recorded work with two GPU timestamps (host time where the queue has no timestamps). */
 typedef struct vkb_timer {

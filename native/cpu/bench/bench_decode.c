@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "gokv.h"
+#include "gokv_backend.h"
 #include "gokv_cpu.h"
 
 enum { BENCH_HQ = 32, BENCH_HKV = 8, BENCH_D = 128, BENCH_PAGE = 128, BENCH_G = 32, BENCH_R = 128 };

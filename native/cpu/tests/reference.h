@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gokv.h"
+#include "gokv_backend.h"
 #include "gokv_cpu.h"
 #include "gokv_half.h"
 #include "gokv_layout.h"

@@ -84,11 +84,12 @@ TEST_F(VkDevice, InjectedAllocFailureIsENOMEM) {
     c.n_slots = 2;
     gokv_pool_desc d = pool_desc(c);
     gokv_pool *p = nullptr;
-    gokv_vulkan_test_inject(GOKV_VULKAN_INJECT_ALLOC, kVkErrorOutOfDeviceMemory);
+    ASSERT_EQ(gokv_inject_fault("vulkan", GOKV_FAULT_ALLOC, kVkErrorOutOfDeviceMemory), GOKV_OK);
     const gokv_status st = gokv_pool_create(vk_device(), &d, &p);
-    gokv_vulkan_test_inject(GOKV_VULKAN_INJECT_ALLOC, 0);
-    EXPECT_EQ(st, GOKV_ENOMEM) << gokv_status_name(st) << ": " << gokv_last_error();
-    EXPECT_GT(std::strlen(gokv_last_error()), 0u);
+    const std::string msg = gokv_last_error(); /* before the disarming call clears it */
+    ASSERT_EQ(gokv_inject_fault("vulkan", GOKV_FAULT_ALLOC, 0), GOKV_OK);
+    EXPECT_EQ(st, GOKV_ENOMEM) << gokv_status_name(st) << ": " << msg;
+    EXPECT_FALSE(msg.empty());
     EXPECT_EQ(p, nullptr);
     ASSERT_EQ(gokv_pool_create(vk_device(), &d, &p), GOKV_OK) << "after the injected failure: " << gokv_last_error();
     gokv_pool_destroy(p);
@@ -105,14 +106,15 @@ TEST_F(VkDevice, InjectedAllocFailureIsENOMEM) {
     std::mt19937 rng(3);
     const std::vector<float> q = gen_normal(rng, 256 * 64 * (size_t)g.d_k);
     std::vector<float> out;
-    gokv_vulkan_test_inject(GOKV_VULKAN_INJECT_ALLOC, kVkErrorOutOfDeviceMemory);
+    ASSERT_EQ(gokv_inject_fault("vulkan", GOKV_FAULT_ALLOC, kVkErrorOutOfDeviceMemory), GOKV_OK);
     const gokv_status st2 = attend(dev.get(), cache.pool.get(), g, {s}, q, o, out);
-    gokv_vulkan_test_inject(GOKV_VULKAN_INJECT_ALLOC, 0); /* disarm it, had the call allocated nothing */
+    const std::string msg2 = gokv_last_error();
+    ASSERT_EQ(gokv_inject_fault("vulkan", GOKV_FAULT_ALLOC, 0), GOKV_OK); /* disarm it, had the call allocated nothing */
     if (st2 == GOKV_OK) {
         std::printf("[ INFO     ] the large attend needed no new allocation\n");
     } else {
-        EXPECT_EQ(st2, GOKV_ENOMEM) << gokv_status_name(st2) << ": " << gokv_last_error();
-        EXPECT_GT(std::strlen(gokv_last_error()), 0u);
+        EXPECT_EQ(st2, GOKV_ENOMEM) << gokv_status_name(st2) << ": " << msg2;
+        EXPECT_FALSE(msg2.empty());
     }
     check_attend(dev.get(), cache, {s}, q, o, 1e-5, "the same attend after the injected failure");
 }
@@ -129,11 +131,12 @@ TEST_F(VkDevice, DeviceLostIsEDEVICE) {
     ASSERT_TRUE(build_cache(dev.get(), c, {100, 40}, 4u, cache, 20));
     std::mt19937 rng(5);
     const std::vector<float> k = gen_keys(rng, 3, 2, c.d_k), v = gen_values(rng, 3, 2, c.d_v);
-    gokv_vulkan_test_inject(GOKV_VULKAN_INJECT_SUBMIT, kVkErrorDeviceLost);
+    ASSERT_EQ(gokv_inject_fault("vulkan", GOKV_FAULT_SUBMIT, kVkErrorDeviceLost), GOKV_OK);
     gokv_status st = append1(cache.pool.get(), c, cache.seqs[0], k, v);
-    gokv_vulkan_test_inject(GOKV_VULKAN_INJECT_SUBMIT, 0); /* in case the write submitted nothing */
-    EXPECT_EQ(st, GOKV_EDEVICE) << "the call whose submit fails: " << gokv_status_name(st) << ": " << gokv_last_error();
-    EXPECT_GT(std::strlen(gokv_last_error()), 0u);
+    const std::string msg = gokv_last_error();
+    ASSERT_EQ(gokv_inject_fault("vulkan", GOKV_FAULT_SUBMIT, 0), GOKV_OK); /* in case the write submitted nothing */
+    EXPECT_EQ(st, GOKV_EDEVICE) << "the call whose submit fails: " << gokv_status_name(st) << ": " << msg;
+    EXPECT_FALSE(msg.empty());
 
     int32_t free_page = 0; /* a page no sequence holds, as a copy destination */
     for (bool used = true; used; free_page += used) {

@@ -118,7 +118,7 @@ std::vector<std::vector<uint8_t>> vk_pages(gokv_pool *pool, int32_t n_pages) {
     const uint64_t page_bytes = gokv_pool_layout(pool)->page_bytes;
     std::vector<std::vector<uint8_t>> pages((size_t)n_pages, std::vector<uint8_t>(page_bytes));
     for (int32_t pg = 0; pg < n_pages; pg++) {
-        const gokv_status st = gokv_vulkan_test_page_bytes(pool, pg, pages[(size_t)pg].data());
+        const gokv_status st = gokv_pool_page_bytes(pool, pg, pages[(size_t)pg].data(), page_bytes);
         EXPECT_EQ(st, GOKV_OK) << "page " << pg << ": " << gokv_last_error();
         if (st != GOKV_OK) break;
     }
