@@ -38,7 +38,7 @@ GO_TEST_FLAGS ?= -race -count=1
 
 all: build
 
-test: deps native native-asan native-arm64 go-test go-test-vulkan
+test: deps native native-asan native-arm64 go-test go-test-nocgo go-test-vulkan
 
 deps:
 	build/deps.sh
@@ -91,6 +91,13 @@ go-vet:
 
 go-test: go-vet
 	$(GO) test $(GO_TEST_FLAGS) ./...
+
+# The device-free parts (formats, model specs, presets, HF configs, Plan, internal/llama's loaders) built
+# and tested without cgo; the tests that need a device skip themselves there.
+.PHONY: go-test-nocgo
+go-test-nocgo:
+	CGO_ENABLED=0 $(GO) vet ./...
+	CGO_ENABLED=0 $(GO) test -count=1 ./gokv/... ./internal/...
 
 # Runs only when the Vulkan module is on (GOKV_VULKAN=OFF skips it).
 go-test-vulkan:

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package bridge
 
 /*
@@ -11,61 +13,6 @@ import (
 	"runtime"
 	"unsafe"
 )
-
-// AttendFlags are the GOKV_ATTEND_* flags.
-type AttendFlags uint32
-
-// The attention flags.
-const (
-	// AttendDequantBaseline uses the dequantize-then-attend baseline (benchmarks only).
-	AttendDequantBaseline AttendFlags = C.GOKV_ATTEND_DEQUANT_BASELINE
-	// AttendForceScalar uses the plain scalar kernels even where a SIMD path exists.
-	AttendForceScalar AttendFlags = C.GOKV_ATTEND_FORCE_SCALAR
-)
-
-// DefaultChunkSize is the split-K chunk the backends use when AttendBatch.ChunkSize is 0.
-const DefaultChunkSize = 512
-
-// AttendBatch is one batched attention call over n sequences of one pool (gokv_attend_desc,
-// docs/architecture.md §5). Sequence i has KVLen[i] stored tokens and the query rows [QIndptr[i],
-// QIndptr[i+1]) at positions QPos[i], QPos[i]+1, ... (decode: one row at KVLen[i]-1; prefill: T rows ending
-// at KVLen[i]-1, after their K/V were written). Head h reads kv head h / (HeadsQ / KVHeads).
-//
-// A query at position p sees token t iff t < KVLen, t <= p, the page of t is not released (page id -1),
-// bit t of its validity mask is set (when ValidMask is given), and (Window == 0 or t > p - Window or
-// t < SinkTokens). A query that sees nothing outputs zeros.
-//
-// Shapes (n = len(QIndptr) - 1, rows = QIndptr[n], d_k/d_v the pool's head dims):
-//
-//	QIndptr, PageIndptr  [n+1]
-//	PageIDs              [PageIndptr[n]], -1 = released page
-//	KVLen, QPos          [n]
-//	ResidualSlot         [n] for KIVI formats, nil otherwise
-//	ValidMask            [ValidIndptr[n]] bit t%32 of word t/32 per sequence, or nil (all valid)
-//	ValidIndptr          [n+1] word offsets into ValidMask; nil when ValidMask is nil
-//	Q                    [rows, HeadsQ, d_k]
-//	Out                  [rows, HeadsQ, d_v] (written)
-//	SinkLogits           [HeadsQ] learned sink logits, or nil
-type AttendBatch struct {
-	Pool         *Pool
-	QIndptr      []int32
-	PageIndptr   []int32
-	PageIDs      []int32
-	KVLen        []int32
-	QPos         []int32
-	ResidualSlot []int32
-	ValidMask    []uint32
-	ValidIndptr  []int32
-	HeadsQ       int // a multiple of the pool's KVHeads
-	Q            []float32
-	Out          []float32
-	Scale        float32 // α, > 0 and finite (typically 1/sqrt(d_k))
-	SinkLogits   []float32
-	SinkTokens   int // first positions always visible under a window (StreamingLLM)
-	Window       int // sliding window W, 0 = none
-	ChunkSize    int // split-K chunk in tokens, 0 = DefaultChunkSize
-	Flags        AttendFlags
-}
 
 // Attend runs batched attention on dev over b.Pool, which must live on dev (gokv_attend). The slices are
 // used only during the call. Attend may be called from many goroutines on one device; calls whose Out

@@ -1,15 +1,5 @@
-// Package bridge is the cgo glue between gokv's Go code and its C ABI (bridge/gokv.h).
-//
-// It is a thin, safe wrapper: one Go call makes one cgo call, descriptors mirror the C ones field by
-// field with slices in place of pointer+length, and every slice length is checked in Go before C reads
-// or writes it, so a wrong length is an *Error, never a memory fault. Handles (Device, Pool) must be
-// closed; Close is idempotent, nil-safe, and waits for calls in flight on the handle. Go memory is
-// passed to C only for the duration of a call (pinned with runtime.Pinner) and C never retains it.
-//
-// The CPU module is compiled by cgo from this directory: the core's *.c files directly and the CPU
-// backend through gokv_unity.c. No -march flag: SIMD paths are chosen at run time (docs/architecture.md §2).
-//
-// This package is internal to gokv's use: the public API is package gokv.
+//go:build cgo
+
 package bridge
 
 /*
@@ -31,6 +21,9 @@ import (
 
 // ABIHeaderVersion is the ABI version this package was written against (GOKV_ABI_VERSION in gokv.h).
 const ABIHeaderVersion = uint32(C.GOKV_ABI_VERSION)
+
+// CgoEnabled reports whether the native code is linked (false: built with CGO_ENABLED=0).
+const CgoEnabled = true
 
 // abiErr is non-nil when the linked C library reports another ABI version than the header: every
 // OpenDevice then fails with it (no panic at init).
@@ -59,53 +52,6 @@ func Backends() []string {
 	return names
 }
 
-// Format is a storage format of K and V (GOKV_FORMAT_*, docs/architecture.md §4).
-type Format int32
-
-// The storage formats.
-const (
-	FormatF32   Format = C.GOKV_FORMAT_F32
-	FormatF16   Format = C.GOKV_FORMAT_F16
-	FormatQ8    Format = C.GOKV_FORMAT_Q8    // per token, groups of g along head_dim, 8-bit
-	FormatQ4    Format = C.GOKV_FORMAT_Q4    // per token, groups of g along head_dim, 4-bit
-	FormatKIVI2 Format = C.GOKV_FORMAT_KIVI2 // keys per channel over g tokens, values per token, 2-bit; residual in f16
-	FormatKIVI4 Format = C.GOKV_FORMAT_KIVI4 // as KIVI2 with 4 bits
-)
-
-// Formats lists every format, in ABI order.
-var Formats = []Format{FormatF32, FormatF16, FormatQ8, FormatQ4, FormatKIVI2, FormatKIVI4}
-
-// String returns the format's ABI name ("f32", "q4", "kivi2", ...), or "format(N)" if unknown.
-func (f Format) String() string {
-	if p := C.gokv_format_name(C.int32_t(f)); p != nil {
-		return C.GoString(p)
-	}
-	return "format(" + strconv.Itoa(int(f)) + ")"
-}
-
-// Bits returns the bits per stored element of the format (32, 16, 8, 4, 2), or 0 if unknown.
-func (f Format) Bits() int {
-	switch f {
-	case FormatF32:
-		return 32
-	case FormatF16:
-		return 16
-	case FormatQ8:
-		return 8
-	case FormatQ4, FormatKIVI4:
-		return 4
-	case FormatKIVI2:
-		return 2
-	}
-	return 0
-}
-
-// Quantized reports whether the format stores affine-quantized groups (q8, q4, kivi2, kivi4).
-func (f Format) Quantized() bool { return f >= FormatQ8 && f <= FormatKIVI4 }
-
-// KIVI reports whether the format quantizes keys per channel with a full-precision residual.
-func (f Format) KIVI() bool { return f == FormatKIVI2 || f == FormatKIVI4 }
-
 // KIVIQuantizedLen returns how many of a KIVI sequence's n tokens are quantized into pages (the rest are
 // in its residual ring): max(0, floor((n - residual) / group) * group).
 func KIVIQuantizedLen(n, group, residual int) int {
@@ -133,4 +79,40 @@ func clampInt32(v int) int {
 		return math.MinInt32
 	}
 	return v
+}
+
+// headerConstants pairs each constant that types.go and errors.go spell in plain Go with gokv.h's value,
+// for TestConstantsMatchHeader.
+func headerConstants() map[string][2]int64 {
+	return map[string][2]int64{
+		"FormatF32": {int64(FormatF32), C.GOKV_FORMAT_F32}, "FormatF16": {int64(FormatF16), C.GOKV_FORMAT_F16},
+		"FormatQ8": {int64(FormatQ8), C.GOKV_FORMAT_Q8}, "FormatQ4": {int64(FormatQ4), C.GOKV_FORMAT_Q4},
+		"FormatKIVI2": {int64(FormatKIVI2), C.GOKV_FORMAT_KIVI2}, "FormatKIVI4": {int64(FormatKIVI4), C.GOKV_FORMAT_KIVI4},
+		"formats":   {int64(len(Formats)), C.GOKV_FORMAT_COUNT_},
+		"CapDecode": {int64(CapDecode), C.GOKV_CAP_DECODE}, "CapPrefill": {int64(CapPrefill), C.GOKV_CAP_PREFILL},
+		"CapLearnedSinks": {int64(CapLearnedSinks), C.GOKV_CAP_LEARNED_SINKS},
+		"CapWindow":       {int64(CapWindow), C.GOKV_CAP_WINDOW}, "CapMLA": {int64(CapMLA), C.GOKV_CAP_MLA},
+		"CapHoles": {int64(CapHoles), C.GOKV_CAP_HOLES}, "CapBaseline": {int64(CapBaseline), C.GOKV_CAP_BASELINE},
+		"AttendDequantBaseline": {int64(AttendDequantBaseline), C.GOKV_ATTEND_DEQUANT_BASELINE},
+		"AttendForceScalar":     {int64(AttendForceScalar), C.GOKV_ATTEND_FORCE_SCALAR},
+		"FaultSubmit":           {int64(FaultSubmit), C.GOKV_FAULT_SUBMIT}, "FaultAlloc": {int64(FaultAlloc), C.GOKV_FAULT_ALLOC},
+		"LogDebug": {int64(LogDebug), C.GOKV_LOG_DEBUG}, "LogInfo": {int64(LogInfo), C.GOKV_LOG_INFO},
+		"LogWarn": {int64(LogWarn), C.GOKV_LOG_WARN}, "LogError": {int64(LogError), C.GOKV_LOG_ERROR},
+		"codeOK": {int64(codeOK), C.GOKV_OK}, "codeInvalid": {int64(codeInvalid), C.GOKV_EINVAL},
+		"codeRange": {int64(codeRange), C.GOKV_ERANGE}, "codeNoMem": {int64(codeNoMem), C.GOKV_ENOMEM},
+		"codeNotSup": {int64(codeNotSup), C.GOKV_ENOTSUP}, "codeNoDev": {int64(codeNoDev), C.GOKV_ENODEV},
+		"codeVersion": {int64(codeVersion), C.GOKV_EVERSION}, "codeDevice": {int64(codeDevice), C.GOKV_EDEVICE},
+		"codeInternal": {int64(codeInternal), C.GOKV_EINTERNAL},
+	}
+}
+
+// headerNames returns gokv.h's name and message of a status and name of a format (gokv_status_name,
+// gokv_status_message, gokv_format_name; "" for a NULL name), for TestConstantsMatchHeader.
+func headerNames(code int) (status, message, format string) {
+	status = C.GoString(C.gokv_status_name(C.gokv_status(code)))
+	message = C.GoString(C.gokv_status_message(C.gokv_status(code)))
+	if p := C.gokv_format_name(C.int32_t(code)); p != nil {
+		format = C.GoString(p)
+	}
+	return status, message, format
 }

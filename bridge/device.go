@@ -1,3 +1,5 @@
+//go:build cgo
+
 package bridge
 
 /*
@@ -23,40 +25,6 @@ type Device struct {
 
 	poolsMu sync.Mutex
 	pools   map[*Pool]struct{}
-}
-
-// Caps is a set of GOKV_CAP_* capability bits.
-type Caps uint32
-
-// The device capabilities (gokv.h GOKV_CAP_*).
-const (
-	CapDecode       Caps = C.GOKV_CAP_DECODE
-	CapPrefill      Caps = C.GOKV_CAP_PREFILL
-	CapLearnedSinks Caps = C.GOKV_CAP_LEARNED_SINKS
-	CapWindow       Caps = C.GOKV_CAP_WINDOW
-	CapMLA          Caps = C.GOKV_CAP_MLA
-	CapHoles        Caps = C.GOKV_CAP_HOLES
-	CapBaseline     Caps = C.GOKV_CAP_BASELINE // AttendDequantBaseline is available
-)
-
-// Has reports whether every bit of c2 is in c.
-func (c Caps) Has(c2 Caps) bool { return c&c2 == c2 }
-
-// DeviceInfo describes an open device (gokv_device_info).
-type DeviceInfo struct {
-	Backend      string // "cpu", "vulkan", ...
-	Name         string // the device's name (CPU: the processor model)
-	Features     string // CPU: the SIMD paths chosen, e.g. "avx2 fma f16c"
-	MemoryBytes  uint64 // device memory (CPU: physical RAM)
-	SubgroupSize int    // CPU: SIMD width in floats of the chosen path
-	Threads      int    // worker threads in use
-	Caps         Caps
-	FormatMask   uint32 // bit (1 << format) for each supported format
-}
-
-// SupportsFormat reports whether the device can store f.
-func (i DeviceInfo) SupportsFormat(f Format) bool {
-	return f >= 0 && f < 32 && i.FormatMask&(1<<uint(f)) != 0
 }
 
 // OpenDevice opens device index (-1: the backend's choice) of backend ("cpu", "vulkan", "metal", "sycl",

@@ -1,15 +1,6 @@
 package bridge
 
-/*
-#include "gokv.h"
-#include "gokv_cgo.h"
-*/
-import "C"
-
-import (
-	"strings"
-	"unsafe"
-)
+import "strings"
 
 // Error is a failed gokv call: the C function (Op), its status (Code, Name) and the message that names
 // the argument at fault (Msg), fetched inside the same cgo call as the failure. Errors raised by this
@@ -25,15 +16,15 @@ type Error struct {
 
 // The status codes of gokv.h.
 const (
-	codeOK       = int(C.GOKV_OK)
-	codeInvalid  = int(C.GOKV_EINVAL)
-	codeRange    = int(C.GOKV_ERANGE)
-	codeNoMem    = int(C.GOKV_ENOMEM)
-	codeNotSup   = int(C.GOKV_ENOTSUP)
-	codeNoDev    = int(C.GOKV_ENODEV)
-	codeVersion  = int(C.GOKV_EVERSION)
-	codeDevice   = int(C.GOKV_EDEVICE)
-	codeInternal = int(C.GOKV_EINTERNAL)
+	codeOK       = 0
+	codeInvalid  = 1
+	codeRange    = 2
+	codeNoMem    = 3
+	codeNotSup   = 4
+	codeNoDev    = 5
+	codeVersion  = 6
+	codeDevice   = 7
+	codeInternal = 8
 )
 
 // Sentinel errors, one per status code, for errors.Is. They carry only Code, Name and the generic message.
@@ -78,28 +69,31 @@ func (e *Error) Is(target error) bool {
 	return ok && t != nil && e != nil && t.Code == e.Code
 }
 
-// statusName and statusMessage come from the C X-macro list, so Go never disagrees with the header.
-func statusName(code int) string    { return C.GoString(C.gokv_status_name(C.gokv_status(code))) }
-func statusMessage(code int) string { return C.GoString(C.gokv_status_message(C.gokv_status(code))) }
+// statusNames and statusMessages are gokv.h's GOKV_STATUS_LIST (gokv_status_name, gokv_status_message);
+// TestConstantsMatchHeader holds them to the C list.
+var (
+	statusNames = [...]string{"GOKV_OK", "GOKV_EINVAL", "GOKV_ERANGE", "GOKV_ENOMEM", "GOKV_ENOTSUP",
+		"GOKV_ENODEV", "GOKV_EVERSION", "GOKV_EDEVICE", "GOKV_EINTERNAL"}
+	statusMessages = [...]string{"ok", "invalid argument", "index out of range", "out of memory",
+		"not supported by this backend", "no such backend or device", "descriptor or ABI version mismatch",
+		"device error (lost device or failed submission)", "internal error"}
+)
+
+func statusName(code int) string {
+	if code >= 0 && code < len(statusNames) {
+		return statusNames[code]
+	}
+	return "GOKV_UNKNOWN"
+}
+
+func statusMessage(code int) string {
+	if code >= 0 && code < len(statusMessages) {
+		return statusMessages[code]
+	}
+	return "unknown status"
+}
 
 // newError builds an *Error raised by this package's own checks.
 func newError(op string, code int, msg string) *Error {
 	return &Error{Op: op, Code: code, Name: statusName(code), Msg: op + ": " + msg}
-}
-
-// resultError turns a wrapper's result into nil or an *Error, freeing the C copy of the message.
-func resultError(op string, r C.gokv_cgo_result) error {
-	if r.status == C.GOKV_OK {
-		return nil
-	}
-	msg := ""
-	if r.msg != nil {
-		msg = C.GoString(r.msg)
-		C.free(unsafe.Pointer(r.msg))
-	}
-	code := int(r.status)
-	if msg == "" {
-		msg = op + ": " + statusMessage(code)
-	}
-	return &Error{Op: op, Code: code, Name: statusName(code), Msg: msg}
 }

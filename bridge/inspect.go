@@ -1,3 +1,5 @@
+//go:build cgo
+
 package bridge
 
 /*
@@ -10,15 +12,6 @@ import (
 	"runtime"
 	"unsafe"
 )
-
-// LayoutSizes is what a pool of one description allocates (gokv_layout_sizes): the C core's layout,
-// the one every backend allocates by, so that a planner and a cache never disagree.
-type LayoutSizes struct {
-	PageBytes         uint64 // one page: PageSize tokens of every kv head
-	PageCodeBytes     uint64 // of which stored elements or codes
-	PageMetaBytes     uint64 // of which fp16 scales and biases (the rest is alignment and tile padding)
-	ResidualSlotBytes uint64 // one KIVI residual ring; 0 for the other formats
-}
 
 // SizesOf returns the sizes a pool of desc would allocate, without a device (gokv_layout_sizes_get).
 // desc is validated as NewPool validates it (Pages and ResidualSlots included).
@@ -80,14 +73,6 @@ func (p *Pool) rawBytes(op string, index int, slot bool) ([]byte, error) {
 	return buf[:n], nil
 }
 
-// Ceilings are a device's measured limits (gokv_device_measure): the bandwidth attention's bytes are
-// held to, and, where measured, the float32 FMA peak.
-type Ceilings struct {
-	ReadGBps   float64 // GB/s (1e9 B/s): CPU streaming read; GPU buffer copy, read + write
-	PeakGFLOPs float64 // 0 where not measured (GPU decode attention is memory-bound)
-	Method     string  // what was measured
-}
-
 // Measure measures the device's ceilings over about `bytes` of memory (0: the backend's default).
 // It takes up to a few seconds; ErrNotSupported where the backend has no measurement.
 func (d *Device) Measure(bytes uint64) (Ceilings, error) {
@@ -105,12 +90,6 @@ func (d *Device) Measure(bytes uint64) (Ceilings, error) {
 	}
 	return Ceilings{ReadGBps: float64(c.read_gbps), PeakGFLOPs: float64(c.peak_gflops), Method: cArrayString(c.method[:])}, nil
 }
-
-// Fault sites of InjectFault (GOKV_FAULT_*).
-const (
-	FaultSubmit = int(C.GOKV_FAULT_SUBMIT) // the next submission of device work
-	FaultAlloc  = int(C.GOKV_FAULT_ALLOC)  // the next device memory allocation
-)
 
 // InjectFault makes the next operation of site on any device of backend fail with the backend's own
 // error code (Vulkan: a VkResult, e.g. -4 device lost, -2 out of device memory); code 0 disarms. For

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package bridge
 
 /*
@@ -11,21 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 )
-
-// The log levels of the native code (GOKV_LOG_*).
-const (
-	LogDebug = int(C.GOKV_LOG_DEBUG)
-	LogInfo  = int(C.GOKV_LOG_INFO)
-	LogWarn  = int(C.GOKV_LOG_WARN)
-	LogError = int(C.GOKV_LOG_ERROR)
-)
-
-// LogFunc receives one native log message: its level (LogDebug..LogError), the backend ("cpu", ...) and
-// the operation ("gokv_device_open", ...) it comes from, and the text.
-//
-// It may be called from any goroutine or from a native worker thread, concurrently, and while a gokv call
-// is in flight: it must be quick, and it must not call back into this package.
-type LogFunc func(level int, backend, op, msg string)
 
 var (
 	logMu   sync.Mutex              // serializes SetLogFunc

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package bridge
 
 // This file holds the one exported (//export) Go function, so its preamble may only declare.

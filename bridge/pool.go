@@ -1,3 +1,5 @@
+//go:build cgo
+
 package bridge
 
 /*
@@ -13,24 +15,6 @@ import (
 	"sync"
 	"unsafe"
 )
-
-// PoolDesc describes a page pool: the storage of one (layer group, format, geometry) (gokv_pool_desc).
-// The C core validates every field and names the one at fault.
-type PoolDesc struct {
-	Format        Format
-	GroupSize     int  // g: 32, 64 or 128 for quantized formats (divides the head dims; KIVI: divides PageSize); else 0
-	Residual      int  // KIVI R: full-precision recent tokens, a multiple of g (0 allowed); else 0
-	KVHeads       int  // KV heads (MLA: 1)
-	HeadDimK      int  // d_qk: 1..1024, a multiple of 4 (and of g when quantized)
-	HeadDimV      int  // d_v: same rules; with VIsKPrefix, d_v <= d_qk
-	VIsKPrefix    bool // MLA absorbed form: V is the first HeadDimV dims of K, no V storage
-	PageSize      int  // P tokens per page: a multiple of 8 (and of g for KIVI), 8..1024; 0 = 64
-	Pages         int  // capacity in pages, >= 1
-	ResidualSlots int  // KIVI: per-sequence residual rings, one per live sequence; else 0
-}
-
-// DefaultPageSize is the page size the ABI picks when PoolDesc.PageSize is 0.
-const DefaultPageSize = 64
 
 // Pool is a page pool on a device (gokv_pool*). It stores K/V pages (quantized on write) and, for KIVI
 // formats, per-sequence residual rings. Page tables belong to the caller.
@@ -109,28 +93,6 @@ func (p *Pool) Sizes() (pageBytes, residualSlotBytes uint64, err error) {
 	return uint64(pb), uint64(rb), err
 }
 
-// WriteBatch appends tokens to n sequences (gokv_write_desc): sequence i already holds StartPos[i] tokens
-// and receives rows [TokIndptr[i], TokIndptr[i+1]) of K and V. Its page table is
-// PageIDs[PageIndptr[i]:PageIndptr[i+1]] and must cover every position up to the new length.
-//
-// Shapes (n = len(TokIndptr) - 1, rows = TokIndptr[n]):
-//
-//	TokIndptr, PageIndptr  [n+1]
-//	PageIDs                [PageIndptr[n]]
-//	StartPos               [n]
-//	ResidualSlot           [n] for KIVI formats, nil otherwise
-//	K                      [rows, KVHeads, HeadDimK]
-//	V                      [rows, KVHeads, HeadDimV]; nil when VIsKPrefix
-type WriteBatch struct {
-	TokIndptr    []int32
-	PageIndptr   []int32
-	PageIDs      []int32
-	StartPos     []int32
-	ResidualSlot []int32
-	K            []float32
-	V            []float32
-}
-
 // Write quantizes and stores a batch of tokens (gokv_pool_write). The slices are read only during the call.
 func (p *Pool) Write(b WriteBatch) error {
 	const op = "gokv_pool_write"
@@ -187,29 +149,6 @@ func (b *WriteBatch) cDesc(pin *runtime.Pinner) C.gokv_write_desc {
 	}
 }
 
-// ReadBatch dequantizes stored tokens back to float32 (gokv_read_desc): for sequence i of length
-// KVLen[i], positions StartPos[i], StartPos[i]+1, ... go to rows [TokIndptr[i], TokIndptr[i+1]) of K and V,
-// as the attention kernels see them. Released pages read as zeros.
-//
-// Shapes (n = len(TokIndptr) - 1, rows = TokIndptr[n]):
-//
-//	TokIndptr, PageIndptr  [n+1]
-//	PageIDs                [PageIndptr[n]]
-//	KVLen, StartPos        [n]
-//	ResidualSlot           [n] for KIVI formats, nil otherwise
-//	K                      [rows, KVHeads, HeadDimK] (written)
-//	V                      [rows, KVHeads, HeadDimV] (written), or nil to skip values
-type ReadBatch struct {
-	TokIndptr    []int32
-	PageIndptr   []int32
-	PageIDs      []int32
-	KVLen        []int32
-	StartPos     []int32
-	ResidualSlot []int32
-	K            []float32
-	V            []float32
-}
-
 // Read dequantizes a batch of stored tokens into K and V (gokv_pool_read). For persistence and
 // debugging, not for attention. The slices are used only during the call.
 func (p *Pool) Read(b ReadBatch) error {
@@ -256,13 +195,6 @@ func (p *Pool) Read(b ReadBatch) error {
 	err = resultError(op, C.gokv_cgo_pool_read(p.handle, &d))
 	runtime.KeepAlive(p)
 	return err
-}
-
-// CopyBatch lists whole pages and residual slots to copy, SrcPages[i] -> DstPages[i] and
-// SrcSlots[i] -> DstSlots[i] (copy-on-write forks). Destinations must be distinct and must not be sources.
-type CopyBatch struct {
-	SrcPages, DstPages []int32
-	SrcSlots, DstSlots []int32
 }
 
 // Copy copies pages and residual slots inside the pool (gokv_pool_copy).

@@ -1,4 +1,4 @@
-//go:build vulkan
+//go:build cgo && vulkan
 
 package bridge
 

@@ -65,7 +65,8 @@ func Backends() []string { return bridge.Backends() }
 
 // Open opens a device with the given options (default: backend "auto", device -1, all CPUs, silent).
 // It fails with ErrNoDevice when the backend is not compiled in or has no such device, ErrVersion when
-// the native library was built for another ABI, ErrInvalid for a bad option.
+// the native library was built for another ABI, ErrInvalid for a bad option. In a build without cgo it
+// fails with an ErrNoDevice whose cause is ErrNoCgo.
 func Open(opts ...Option) (*Engine, error) {
 	const op = "Open"
 	cfg := engineConfig{backend: "auto", device: -1, logger: zerolog.Nop()}
@@ -81,6 +82,9 @@ func Open(opts ...Option) (*Engine, error) {
 		return nil, newErr(op, ErrorInvalid, "WithDevice(%d): index must be >= -1 (-1 = the backend's choice)", cfg.device)
 	case cfg.backend == "":
 		return nil, newErr(op, ErrorInvalid, `WithBackend(""): name is empty (want "auto", "cpu", "vulkan", "metal" or "sycl")`)
+	}
+	if !bridge.CgoEnabled {
+		return nil, &Error{Op: op, Code: ErrorNoDevice, Msg: ErrNoCgo.Error(), cause: ErrNoCgo}
 	}
 	dev, err := bridge.OpenDevice(cfg.backend, cfg.device, cfg.threads)
 	if err != nil {

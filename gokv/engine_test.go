@@ -15,6 +15,7 @@ import (
 )
 
 func TestOpenAndInfo(t *testing.T) {
+	needNative(t)
 	assert.Equal(t, "cpu", Backends()[0])
 	var buf bytes.Buffer
 	e, err := Open(WithBackend("cpu"), WithThreads(2), WithDevice(-1), WithLogger(zerolog.New(&buf).Level(zerolog.DebugLevel)))
@@ -39,6 +40,19 @@ func TestOpenAndInfo(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 	var nilEngine *Engine
 	assert.NoError(t, nilEngine.Close())
+}
+
+// TestOpenWithoutCgo: a build without cgo has no backend, and Open says why.
+func TestOpenWithoutCgo(t *testing.T) {
+	if bridge.CgoEnabled {
+		t.Skip("built with cgo")
+	}
+	assert.Empty(t, Backends())
+	e, err := Open(WithBackend("cpu"))
+	assert.Nil(t, e)
+	assert.ErrorIs(t, err, ErrNoDevice)
+	assert.ErrorIs(t, err, ErrNoCgo)
+	assert.Contains(t, err.Error(), "CGO_ENABLED=0")
 }
 
 func TestOpenErrors(t *testing.T) {

@@ -50,7 +50,12 @@ type Error struct {
 	Op   string
 	Code ErrorCode
 	Msg  string
+
+	cause error // what Unwrap returns (ErrNoCgo), or nil
 }
+
+// Unwrap returns the error's cause where it has one (ErrNoCgo for Open in a build without cgo).
+func (e *Error) Unwrap() error { return e.cause }
 
 // Error formats the failure as "gokv: <Op>: <Msg>".
 func (e *Error) Error() string {
@@ -90,6 +95,12 @@ var (
 	// ErrClosed: the engine or cache was closed, the sequence released, or the step already ended.
 	ErrClosed = &Error{Code: ErrorClosed}
 )
+
+// ErrNoCgo is the cause of Open's failure in a build without cgo (CGO_ENABLED=0): no native backend is
+// linked. Open's error is an ErrNoDevice, and errors.Is(err, ErrNoCgo) tells this case apart. Formats,
+// model specs, presets, HF configs and Plan work without cgo.
+var ErrNoCgo = errors.New("gokv was built without cgo (CGO_ENABLED=0): no native backend is available; " +
+	"formats, model specs, HF configs and Plan work without it")
 
 // CapacityError is the ErrCapacity failure of Cache.Begin, Cache.NewSequence or Sequence.Fork: what was
 // short and by how much. errors.Is(err, ErrCapacity) is true for it, and errors.As to *Error works too.

@@ -12,11 +12,20 @@ import (
 	"github.com/gokv/gokv/bridge"
 )
 
-// openTestEngine opens the CPU backend with two worker threads and closes it when the test ends.
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed+1)) }
 
+// needNative skips a test that needs a device in a build without cgo (CGO_ENABLED=0).
+func needNative(t testing.TB) {
+	t.Helper()
+	if !bridge.CgoEnabled {
+		t.Skip("needs the native backend: built without cgo")
+	}
+}
+
+// openTestEngine opens the CPU backend with two worker threads and closes it when the test ends.
 func openTestEngine(t testing.TB) *Engine {
 	t.Helper()
+	needNative(t)
 	e, err := Open(WithBackend("cpu"), WithThreads(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.Close()) })

@@ -289,6 +289,7 @@ func openTestCacheSeq(t *testing.T, e *Engine) *Sequence {
 }
 
 func TestStepLayerWriteOnly(t *testing.T) {
+	needNative(t)
 	eng, err := Open(WithBackend("cpu"), WithThreads(1))
 	require.NoError(t, err)
 	defer eng.Close()

@@ -51,6 +51,9 @@ func BenchmarkLinear(b *testing.B) {
 func BenchmarkDecode(b *testing.B) {
 	m, err := Load(modelDir("tiny-llama"))
 	require.NoError(b, err)
+	if len(gokv.Backends()) == 0 {
+		b.Skip("no native backend: built without cgo")
+	}
 	eng, err := gokv.Open(gokv.WithBackend("cpu"))
 	require.NoError(b, err)
 	defer eng.Close()
