@@ -13,4 +13,8 @@
 #include "../native/cpu/kernels/scalar.c"
 #include "../native/cpu/kernels/avx2.c"
 #include "../native/cpu/kernels/avx512.c"
+#include "../native/cpu/kernels/avx512_scores.c"
+#include "../native/cpu/kernels/avx512_values.c"
+#include "../native/cpu/kernels/avx512_q4.c"
+#include "../native/cpu/kernels/avx512_kivi.c"
 #include "../native/cpu/kernels/neon.c"

@@ -309,18 +309,21 @@ static inline void cpu_prefetch_step4(cpu_prefetch_walk *w) { cpu_prefetch_take_
 /* A SIMD file's table entries for a row encoding: PFX_score_rows_NAME and PFX_accum_rows_NAME, thin wrappers
  * (with the file's target attribute FN, which may be empty) over its PFX_score_rows_impl and
  * PFX_accum_rows_impl with the encoding as a constant. CPU_ACCUM_ENTRY alone where the file scores the
- * encoding by its own kernel. */
+ * encoding by its own kernel; CPU_SCORE_ENTRY and CPU_ACCUM_ENTRY apart where scores and values live in
+ * different files. */
 #define CPU_ACCUM_ENTRY(PFX, FN, name, enc)                                                                        \
     FN static void PFX##_accum_rows_##name(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq,  \
                                            float *o, size_t ldo) {                                                  \
         PFX##_accum_rows_impl(r, dv, p, ldp, nq, o, ldo, enc);                                                     \
     }
-#define CPU_ROW_ENTRIES(PFX, FN, name, enc)                                                                        \
+#define CPU_SCORE_ENTRY(PFX, FN, name, enc)                                                                        \
     FN static void PFX##_score_rows_##name(const cpu_rows *r, int32_t d, const float *q, size_t ldq,               \
                                            const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) { \
         (void)qsum, (void)prep; /* the bias is folded into the dequantized slab */                               \
         PFX##_score_rows_impl(r, d, q, ldq, nq, s, lds, enc);                                                      \
-    }                                                                                                               \
+    }
+#define CPU_ROW_ENTRIES(PFX, FN, name, enc)                                                                        \
+    CPU_SCORE_ENTRY(PFX, FN, name, enc)                                                                            \
     CPU_ACCUM_ENTRY(PFX, FN, name, enc)
 
 /* The table for a SIMD level (GOKV_CPU_*), filled on first use: scalar entries overridden by the level's. */
