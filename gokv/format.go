@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gokv/gokv/bridge"
 )
 
 // FormatKind names a KV storage format (docs/architecture.md §4). The values equal the C ABI's GOKV_FORMAT_*
@@ -26,6 +28,8 @@ const (
 	formatMaxResidual = 65536 // largest KIVI residual R
 	formatDefaultG    = 32    // default group size of the quantized formats
 	formatDefaultR    = 128   // default KIVI residual
+	formatMaxKVHeads  = 1024  // most kv heads of a pool
+	formatMaxPageSize = 1024  // largest page size P
 )
 
 var formatKindNames = [...]string{F32: "f32", F16: "f16", Q8: "q8", Q4: "q4", KIVI2: "kivi2", KIVI4: "kivi4"}
@@ -237,37 +241,98 @@ func (f Format) BytesPerToken(kvHeads, dk, dv int, vIsKPrefix bool) float64 {
 	return float64(kvHeads) * float64(dk+dv) * f.BitsPerElement() / 8
 }
 
+// PageLayout is what a pool of one format and geometry allocates, in the C core's page layout
+// (docs/architecture.md §4): one page of PageSize tokens of every kv head, its head blocks' sections
+// each starting on a 64-byte boundary, and one sequence's KIVI residual ring.
+type PageLayout struct {
+	PageBytes         int64 // one page, as allocated
+	PageCodeBytes     int64 // of which the stored elements or codes
+	PageMetaBytes     int64 // of which the fp16 scales and biases (the rest is alignment and q4 key-tile padding)
+	ResidualSlotBytes int64 // one sequence's KIVI residual ring (Residual + Group fp16 rows); 0 for the other kinds
+}
+
+// Layout returns the page layout of a pool of this format for kvHeads heads of key width dk and value
+// width dv (no value sections when vIsKPrefix, the MLA absorbed form) and pages of pageSize tokens. It is
+// the C core's answer (gokv_layout_sizes_get), the one every backend allocates by, so a plan and a cache
+// never disagree; in a build without cgo a Go mirror of the same formula answers. It fails with
+// ErrInvalid for a geometry a pool cannot have (NewCache's rules: Validate, kvHeads in [1, 1024],
+// pageSize a multiple of 8 in [8, 1024] and, for KIVI, of Group; dv <= dk when vIsKPrefix).
+func (f Format) Layout(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) (PageLayout, error) {
+	const op = "Format.Layout"
+	if bridge.CgoEnabled {
+		desc := bridge.PoolDesc{Format: bridge.Format(f.Kind), GroupSize: f.Group, Residual: f.Residual,
+			KVHeads: kvHeads, HeadDimK: dk, HeadDimV: dv, VIsKPrefix: vIsKPrefix, PageSize: pageSize, Pages: 1}
+		if f.Kind.IsKIVI() {
+			desc.ResidualSlots = 1
+		}
+		if pageSize == 0 { // the ABI would default it; Layout wants an explicit size
+			return PageLayout{}, newErr(op, ErrorInvalid, "format %s: pageSize 0 must be a multiple of 8 in [8, %d]", f, formatMaxPageSize)
+		}
+		s, err := bridge.SizesOf(desc)
+		if err != nil {
+			return PageLayout{}, wrapErr(op, "format "+f.String(), err)
+		}
+		return PageLayout{PageBytes: int64(s.PageBytes), PageCodeBytes: int64(s.PageCodeBytes),
+			PageMetaBytes: int64(s.PageMetaBytes), ResidualSlotBytes: int64(s.ResidualSlotBytes)}, nil
+	}
+	if err := f.checkGeometry(kvHeads, dk, dv, pageSize, vIsKPrefix); err != nil {
+		return PageLayout{}, &Error{Op: op, Code: ErrorInvalid, Msg: strings.TrimPrefix(err.Error(), "gokv: ")}
+	}
+	return f.layoutGo(kvHeads, dk, dv, pageSize, vIsKPrefix), nil
+}
+
+// checkGeometry applies the C core's pool rules that Layout's mirror needs (bridge/gokv_validate.c).
+func (f Format) checkGeometry(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) error {
+	if err := f.Validate(dk, dv); err != nil {
+		return err
+	}
+	switch {
+	case kvHeads < 1 || kvHeads > formatMaxKVHeads:
+		return fmt.Errorf("gokv: format %s: kvHeads %d is outside [1, %d]", f, kvHeads, formatMaxKVHeads)
+	case pageSize < 8 || pageSize > formatMaxPageSize || pageSize%8 != 0:
+		return fmt.Errorf("gokv: format %s: pageSize %d must be a multiple of 8 in [8, %d]", f, pageSize, formatMaxPageSize)
+	case f.Kind.IsKIVI() && pageSize%f.Group != 0:
+		return fmt.Errorf("gokv: format %s: pageSize %d is not a multiple of the group size %d", f, pageSize, f.Group)
+	case vIsKPrefix && dv > dk:
+		return fmt.Errorf("gokv: format %s: with V a prefix of K, d_v %d must be <= d_k %d", f, dv, dk)
+	}
+	return nil
+}
+
 // formatAlign64 rounds a byte count up to the 64-byte boundary every page section starts on.
 func formatAlign64(x int64) int64 { return (x + 63) &^ 63 }
 
 // formatKeyTile is GOKV_KEY_TILE of bridge/gokv_layout.h: q4 keys are stored 16 tokens to a tile.
 const formatKeyTile = 16
 
-// PageBytes returns the bytes of one page of pageSize tokens for kvHeads heads, exactly as the C core
-// lays it out (bridge/gokv_layout.c): one block per kv head, each holding the head's key codes, key scales,
-// key biases, then value codes, scales and biases (absent when vIsKPrefix), each section starting on a
-// 64-byte boundary. KIVI keys are packed per
-// channel over groups of Group tokens, so pageSize must be a multiple of Group for KIVI. The arguments
-// are assumed valid (Validate, and pageSize a multiple of 8).
-func (f Format) PageBytes(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) int64 {
+// layoutGo mirrors gokv_layout_init and gokv_layout_sizes_get (bridge/gokv_layout.c, gokv_core.c) for
+// builds without cgo; TestLayoutMirrorMatchesC holds it to C. One block per kv head, each holding the
+// head's key codes, key scales, key biases, then value codes, scales and biases (absent when vIsKPrefix),
+// each section 64-byte aligned; KIVI keys packed per channel over groups of Group tokens; q4 keys (without
+// vIsKPrefix) in 16-token tiles, the last one padded. The arguments are assumed valid (checkGeometry).
+func (f Format) layoutGo(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) PageLayout {
 	H, P, bits := int64(kvHeads), int64(pageSize), int64(f.Kind.Bits())
 	g := int64(f.Group)
-	var kCodesHead, kScaleHead int64
+	var kCodesHead, kScaleHead, kCodes int64
 	switch {
 	case f.Kind.IsKIVI():
-		kCodesHead = int64(dk) * g * bits / 8 * (P / g)
+		kCodes = int64(dk) * g * bits / 8 * (P / g)
+		kCodesHead = kCodes
 		kScaleHead = int64(dk) * (P / g) * 2
 	case f.Kind.Quantized():
 		slots := P
 		if f.Kind == Q4 && !vIsKPrefix { // q4 keys sit in 16-token tiles; the last one is padded (k_tiled)
 			slots = (P + formatKeyTile - 1) / formatKeyTile * formatKeyTile
 		}
+		kCodes = int64(dk) * bits / 8 * P
 		kCodesHead = int64(dk) * bits / 8 * slots
 		kScaleHead = int64(dk) / g * P * 2
 	default:
-		kCodesHead = int64(dk) * bits / 8 * P
+		kCodes = int64(dk) * bits / 8 * P
+		kCodesHead = kCodes
 	}
 	head := formatAlign64(kCodesHead) + 2*formatAlign64(kScaleHead)
+	codes, meta := kCodes, 2*kScaleHead
 	if !vIsKPrefix {
 		vCodesHead := int64(dv) * bits / 8 * P
 		var vScaleHead int64
@@ -275,24 +340,44 @@ func (f Format) PageBytes(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) int64 
 			vScaleHead = int64(dv) / g * P * 2
 		}
 		head += formatAlign64(vCodesHead) + 2*formatAlign64(vScaleHead)
+		codes += vCodesHead
+		meta += 2 * vScaleHead
 	}
-	return head * H
+	l := PageLayout{PageBytes: head * H, PageCodeBytes: codes * H, PageMetaBytes: meta * H}
+	if f.Kind.IsKIVI() {
+		rows := int64(f.Residual + f.Group)
+		l.ResidualSlotBytes = formatAlign64(rows * H * int64(dk) * 2)
+		if !vIsKPrefix {
+			l.ResidualSlotBytes += formatAlign64(rows * H * int64(dv) * 2)
+		}
+	}
+	return l
+}
+
+// PageBytes returns the bytes of one page of pageSize tokens for kvHeads heads, exactly as a cache
+// allocates it: Layout's PageBytes. For a geometry a pool cannot have (where Layout fails) it returns the
+// layout formula's figure all the same.
+func (f Format) PageBytes(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) int64 {
+	if l, err := f.Layout(kvHeads, dk, dv, pageSize, vIsKPrefix); err == nil {
+		return l.PageBytes
+	}
+	return f.layoutGo(kvHeads, dk, dv, pageSize, vIsKPrefix).PageBytes
 }
 
 // ResidualSlotBytes returns the bytes of one sequence's KIVI residual ring in one layer, as the C core
 // allocates it: Residual + Group rows of fp16 keys and (unless vIsKPrefix) values, each part 64-byte
 // aligned. A sequence of n tokens holds its newest n - n_quant tokens there, between R and R + G - 1 once
-// n >= R (n_quant = max(0, floor((n - R) / G) * G)). Returns 0 for the non-KIVI kinds.
+// n >= R (n_quant = max(0, floor((n - R) / G) * G)). Returns 0 for the non-KIVI kinds. The ring does not
+// depend on the page size; it is Layout's ResidualSlotBytes.
 func (f Format) ResidualSlotBytes(kvHeads, dk, dv int, vIsKPrefix bool) int64 {
 	if !f.Kind.IsKIVI() {
 		return 0
 	}
-	rows := int64(f.Residual + f.Group)
-	bytes := formatAlign64(rows * int64(kvHeads) * int64(dk) * 2)
-	if !vIsKPrefix {
-		bytes += formatAlign64(rows * int64(kvHeads) * int64(dv) * 2)
+	pageSize := max(f.Group, 8)
+	if l, err := f.Layout(kvHeads, dk, dv, pageSize, vIsKPrefix); err == nil {
+		return l.ResidualSlotBytes
 	}
-	return bytes
+	return f.layoutGo(kvHeads, dk, dv, pageSize, vIsKPrefix).ResidualSlotBytes
 }
 
 // QuantizedTokens returns how many of a sequence's n tokens are quantized into pages: n for the

@@ -78,3 +78,62 @@ func TestPlanEqualsStats(t *testing.T) {
 		}
 	}
 }
+
+// TestLayoutMirrorMatchesC: the Go mirror of the page layout (what a build without cgo answers) equals
+// the C core's (gokv_layout_sizes_get) for every format, every valid page size and several geometries.
+func TestLayoutMirrorMatchesC(t *testing.T) {
+	needNative(t)
+	formats := []string{"f32", "f16", "q8:32", "q8:64", "q8:128", "q4:32", "q4:64", "q4:128"}
+	for _, k := range []string{"kivi2", "kivi4"} {
+		for _, g := range []int{32, 64, 128} {
+			for _, r := range []int{0, g, 128, 256} {
+				if r%g == 0 {
+					formats = append(formats, fmt.Sprintf("%s:%d:%d", k, g, r))
+				}
+			}
+		}
+	}
+	geoms := []struct {
+		heads, dk, dv int
+		mla           bool
+	}{{1, 128, 128, false}, {8, 128, 128, false}, {2, 64, 32, false}, {3, 256, 128, false}, {4, 128, 64, true},
+		{1, 576, 512, true}, {16, 4, 8, false}, {1, 1024, 1024, false}}
+	checked := 0
+	for _, name := range formats {
+		f := MustParseFormat(name)
+		for _, g := range geoms {
+			if f.Validate(g.dk, g.dv) != nil {
+				continue
+			}
+			for p := 8; p <= 1024; p += 8 {
+				if f.Kind.IsKIVI() && p%f.Group != 0 {
+					continue
+				}
+				c, err := f.Layout(g.heads, g.dk, g.dv, p, g.mla)
+				require.NoError(t, err)
+				goL := f.layoutGo(g.heads, g.dk, g.dv, p, g.mla)
+				if c != goL {
+					t.Fatalf("%s %d heads d %d/%d mla %v P %d: C %+v, Go %+v", name, g.heads, g.dk, g.dv, g.mla, p, c, goL)
+				}
+				checked++
+			}
+		}
+	}
+	assert.Greater(t, checked, 5000)
+}
+
+// TestLayoutRefusesInvalid: Layout refuses a geometry no pool can have, with and without cgo alike.
+func TestLayoutRefusesInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		format              string
+		heads, dk, dv, page int
+		mla                 bool
+	}{
+		{"f16", 0, 128, 128, 64, false}, {"f16", 1025, 128, 128, 64, false}, {"f16", 1, 128, 128, 0, false},
+		{"f16", 1, 128, 128, 12, false}, {"f16", 1, 128, 128, 1032, false}, {"kivi2:64:64", 1, 128, 128, 32, false},
+		{"q4:64", 1, 32, 32, 64, false}, {"f16", 1, 64, 128, 64, true}, {"f16", 1, 6, 8, 64, false},
+	} {
+		_, err := MustParseFormat(tc.format).Layout(tc.heads, tc.dk, tc.dv, tc.page, tc.mla)
+		assert.ErrorIs(t, err, ErrInvalid, "%+v", tc)
+	}
+}

@@ -63,7 +63,10 @@ type LayerPlan struct {
 	// Pages is ceil(HeldTokens / PageSize): a sequence's page table covers every held token, KIVI's ring
 	// tokens included (their page is reserved and filled when they are quantized), as the cache allocates.
 	Pages     int
-	PageBytes int64 // bytes of one page (Format.PageBytes, the C layout including section alignment)
+	PageBytes int64 // bytes of one page (Format.Layout: the C layout including section alignment)
+	// PageCodeBytes and PageMetaBytes are the parts of PageBytes that hold the stored elements or codes and
+	// the fp16 scales and biases (the rest is alignment and q4 key-tile padding).
+	PageCodeBytes, PageMetaBytes int64
 	// ResidualBytes is the KIVI fp16 residual ring of one sequence (Format.ResidualSlotBytes; 0 for
 	// other formats), counted separately from the pages.
 	ResidualBytes int64
@@ -162,10 +165,14 @@ func Plan(spec ModelSpec, opts PlanOptions) (PlanResult, error) {
 			return PlanResult{}, fmt.Errorf("gokv: plan: layer %d: PageSize %d is not a multiple of the group size of %s (KIVI quantizes keys %d tokens at a time)",
 				i, res.PageSize, f, f.Group)
 		}
+		layout, err := f.Layout(l.HeadsKV, l.HeadDimK, l.HeadDimV, res.PageSize, l.VIsKPrefix())
+		if err != nil {
+			return PlanResult{}, fmt.Errorf("gokv: plan: layer %d (%s): %w", i, l, err)
+		}
 		lp := LayerPlan{Index: i, Layer: l, Format: f,
 			BytesPerToken: f.BytesPerToken(l.HeadsKV, l.HeadDimK, l.HeadDimV, l.VIsKPrefix()),
-			PageBytes:     f.PageBytes(l.HeadsKV, l.HeadDimK, l.HeadDimV, res.PageSize, l.VIsKPrefix()),
-			ResidualBytes: f.ResidualSlotBytes(l.HeadsKV, l.HeadDimK, l.HeadDimV, l.VIsKPrefix()),
+			PageBytes:     layout.PageBytes, PageCodeBytes: layout.PageCodeBytes, PageMetaBytes: layout.PageMetaBytes,
+			ResidualBytes: layout.ResidualSlotBytes,
 		}
 		res.BytesPerToken += lp.BytesPerToken
 		if !l.Windowed() {
