@@ -1,7 +1,9 @@
 /*
- * vk_internal.h: the Vulkan module's internals, shared by its host files (vk_device.c: instance, device,
- * memory, pipelines, command submission, pools and copies; vk_store.c: quantize-on-write and
- * dequantize-on-read; vk_attend.c: fused attention). Not part of the ABI.
+ * vk_internal.h: the Vulkan module's internals, shared by its host files (vk_backend.c: the backend table,
+ * test hooks, error mapping; vk_instance.c: instance, device selection and tuning, device open/close/info;
+ * vk_memory.c: buffers; vk_pipeline.c: the pipeline cache; vk_submit.c: command recording and submission;
+ * vk_pool.c: pools, page copies and page bytes; vk_store.c: quantize-on-write and dequantize-on-read;
+ * vk_attend.c: fused attention; vk_bench.c: measurements). Not part of the ABI.
  *
  * Execution model: every ABI call records one command buffer on the device's single compute queue, submits
  * it and waits for it (the ABI is synchronous, and caller buffers are never retained). A call goes:
@@ -46,6 +48,7 @@ extern "C" {
 
 #define VKB_PUSH_BYTES 128u
 #define VKB_N_BINDINGS 5u
+
 
 /* Specialization constant ids (constant_id in GLSL = the enum value). Keep in sync with common.glsl. */
 enum {
@@ -163,19 +166,48 @@ typedef struct vkb_call {
     VkPipeline bound;
 } vkb_call;
 
-/* ---- vk_device.c ---- */
+/* ---- vk_backend.c: error mapping and test hooks ---- */
+
+/* Status and message for a failed Vulkan call (marks the device lost on VK_ERROR_DEVICE_LOST). */
+gokv_status vkb_error(vkb_device *d, VkResult r, const char *op, const char *what);
+const char *vkb_result_name(VkResult r);
+
+/* Returns from the calling function with vkb_error's status when call fails. */
+#define VK_TRY(d, call, op, what)                                                                          \
+    do {                                                                                                   \
+        VkResult r_ = (call);                                                                              \
+        if (r_ != VK_SUCCESS) return vkb_error((d), r_, (op), (what));                                     \
+    } while (0)
+
+/* The VkResult injected for the next submit or allocation (site GOKV_FAULT_SUBMIT or GOKV_FAULT_ALLOC), 0 if
+ * none; taking it clears it (backend slot inject_fault). */
+VkResult vkb_take_injected(int site);
+
+/* ---- vk_instance.c: backend slots device_open, device_close, device_info ---- */
+gokv_status vkb_device_open(const gokv_device_desc *desc, void **impl);
+void vkb_device_close(void *dev);
+gokv_status vkb_device_info(void *dev, gokv_device_info *out);
+
+/* ---- vk_memory.c ---- */
 
 /* Creates a storage (and transfer) buffer of size bytes: device-local, or host-visible, coherent and
  * mapped (host = 1). Errors name op and what. Destroying a zeroed buffer is a no-op. */
 gokv_status vkb_buffer_create(vkb_device *d, VkDeviceSize size, int host, const char *op, const char *what,
                               vkb_buffer *out);
 void vkb_buffer_destroy(vkb_device *d, vkb_buffer *b);
+/* Makes b hold at least size bytes (contents are not kept). Only called between submissions. */
+gokv_status vkb_buffer_reserve(vkb_device *d, vkb_buffer *b, VkDeviceSize size, int host, const char *op,
+                               const char *what);
+
+/* ---- vk_pipeline.c ---- */
 
 /* Fills spec[] with the pool's layout constants and the device's tuning (WG_SIZE, SUBGROUP_SIZE); the
  * OP slots are 0. Ops copy this and set their own slots before vkb_get_pipeline. */
 void vkb_pool_spec(const vkb_device *d, const gokv_layout *L, uint32_t spec[VKB_SPEC_COUNT]);
 /* The compute pipeline of shaders/<shader>.comp specialized with spec (cached per device). */
 gokv_status vkb_get_pipeline(vkb_device *d, const char *shader, const uint32_t spec[VKB_SPEC_COUNT], VkPipeline *out);
+
+/* ---- vk_submit.c ---- */
 
 gokv_status vkb_call_begin(vkb_device *d, vkb_pool *p, VkDeviceSize up_bytes, VkDeviceSize scratch_bytes,
                            VkDeviceSize down_bytes, vkb_call *c);
@@ -190,9 +222,12 @@ void vkb_cmd_barrier(vkb_call *c);
 gokv_status vkb_call_submit(vkb_call *c, const char *op);
 void vkb_call_end(vkb_call *c);
 
-/* Status and message for a failed Vulkan call (marks the device lost on VK_ERROR_DEVICE_LOST). */
-gokv_status vkb_error(vkb_device *d, VkResult r, const char *op, const char *what);
-const char *vkb_result_name(VkResult r);
+/* ---- vk_pool.c: backend slots pool_create, pool_destroy, pool_copy, page_bytes, slot_bytes ---- */
+gokv_status vkb_pool_create(void *dev, const gokv_pool_desc *desc, const gokv_layout *L, void **impl);
+void vkb_pool_destroy(void *dev, void *pool);
+gokv_status vkb_pool_copy(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *desc);
+gokv_status vkb_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, void *out);
+gokv_status vkb_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, void *out);
 
 /* ---- vk_bench.c: measurements for gokv bench ---- */
 
