@@ -220,24 +220,51 @@ void load_value_unit(int pg, uint slot, uint head, uint rs, uint c0) {
     }
 }
 
-void attend_main() {
-    const uint lid = gl_LocalInvocationID.x;
-    const uint item = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-    if (item >= pc.n_items) return;
-    const uint iw = pc.item_w + item * ITEM_WORDS;
-    const uint seq = in_u(iw), kvh = in_u(iw + 1u), qrow0 = in_u(iw + 2u), nrows = in_u(iw + 3u);
-    const uint head0 = in_u(iw + 4u), nheads = in_u(iw + 5u), pos0 = in_u(iw + 6u);
-    const uint a0 = in_u(iw + 7u), a1 = in_u(iw + 8u), b0 = in_u(iw + 9u), b1 = in_u(iw + 10u), part = in_u(iw + 11u);
-    const uint sw = pc.seq_w + seq * SEQ_WORDS;
-    const uint n_quant = in_u(sw + 1u), page_w = in_u(sw + 2u), mask_w = in_u(sw + 3u), rs = in_u(sw + 4u);
-    const uint nq = nrows * nheads, len_a = a1 - a0, n_vis = len_a + (b1 - b0);
+// ---- the work item ----
 
-    // queries, scaled (vectors past nq are zero), and the softmax state
+// One work item of the host's plan (vk_attend.c: ITEM_WORDS words in the item table, SEQ_WORDS per
+// sequence), and what follows from it.
+struct Item {
+    uint kvh, qrow0, nrows, head0, nheads, pos0; // kv head, query rows and heads, position of row qrow0
+    uint a0, a1, b0, b1;                         // visible tokens [a0, a1) then [b0, b1)
+    uint part;                                   // its split-K partial's offset, or NONE: finalize
+    uint n_quant, page_w, mask_w, rs;            // the sequence: tokens in pages, page table, mask, ring slot
+    uint nq, len_a, n_vis;                       // query vectors, tokens of [a0, a1), visible tokens
+};
+
+Item load_item(uint item) {
+    Item it;
+    const uint iw = pc.item_w + item * ITEM_WORDS;
+    const uint seq = in_u(iw);
+    it.kvh = in_u(iw + 1u);
+    it.qrow0 = in_u(iw + 2u);
+    it.nrows = in_u(iw + 3u);
+    it.head0 = in_u(iw + 4u);
+    it.nheads = in_u(iw + 5u);
+    it.pos0 = in_u(iw + 6u);
+    it.a0 = in_u(iw + 7u);
+    it.a1 = in_u(iw + 8u);
+    it.b0 = in_u(iw + 9u);
+    it.b1 = in_u(iw + 10u);
+    it.part = in_u(iw + 11u);
+    const uint sw = pc.seq_w + seq * SEQ_WORDS;
+    it.n_quant = in_u(sw + 1u);
+    it.page_w = in_u(sw + 2u);
+    it.mask_w = in_u(sw + 3u);
+    it.rs = in_u(sw + 4u);
+    it.nq = it.nrows * it.nheads;
+    it.len_a = it.a1 - it.a0;
+    it.n_vis = it.len_a + (it.b1 - it.b0);
+    return it;
+}
+
+// Queries, scaled (vectors past nq are zero), into qo; the softmax state; the accumulators.
+void init_item(Item it, uint lid) {
     for (uint x = lid; x < NQ_MAX * DK4; x += WG_SIZE) {
         uint i = x / DK4, c4 = x % DK4;
         vec4 q = vec4(0.0);
-        if (i < nq) {
-            uint w = pc.q_w + ((qrow0 + i / nheads) * pc.n_heads_q + head0 + i % nheads) * D_K + 4u * c4;
+        if (i < it.nq) {
+            uint w = pc.q_w + ((it.qrow0 + i / it.nheads) * pc.n_heads_q + it.head0 + i % it.nheads) * D_K + 4u * c4;
             q = uintBitsToFloat(uvec4(in_u(w), in_u(w + 1u), in_u(w + 2u), in_u(w + 3u))) * pc.scale;
         }
         qo[x] = q;
@@ -247,99 +274,97 @@ void attend_main() {
         st_l[i] = 0.0;
     }
     [[unroll]] for (uint x = 0u; x < UPI * NQ_MAX * CPI; x++) acc[x] = 0.0;
-    // this invocation's share of phase C
-    const uint slice = NU >= WG_SIZE ? 0u : lid / NU;
-    const uint unit0 = NU >= WG_SIZE ? lid : lid % NU;
-    const bool c_active = slice < TS;
-    const bool elect = subgroupElect();
-    const uint sg = gl_SubgroupID;
-    barrier();
+}
 
-    const uint n_blocks = (n_vis + WG_SIZE - 1u) / WG_SIZE;
-    for (uint blk = 0u; blk < n_blocks; blk++) {
-        const uint tb = (blk & 1u) * WG_SIZE; // tok_* buffer of this block
-        // ---- A: visibility and scores of token lid of the block ----
-        [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) score[i] = NEG;
-        int pg = NO_TOKEN;
-        uint slot = 0u;
-        uint v = blk * WG_SIZE + lid;
-        if (v < n_vis) {
-            uint t = v < len_a ? a0 + v : b0 + (v - len_a);
-            int id = int(in_u(page_w + t / PAGE_SIZE));
-            bool ok = id >= 0;
-            if (ok && mask_w != NONE) ok = ((in_u(mask_w + (t >> 5)) >> (t & 31u)) & 1u) != 0u;
-            // some row sees t iff the first row at or after t does (the window only moves away from t)
-            uint p_first = max(t, pos0);
-            bool any_vis = ok && p_first < pos0 + nrows && sees(p_first, t);
-            if (any_vis) {
-                bool ring = KIVI != 0u && t >= n_quant;
-                [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) score[i] = 0.0;
-                if (ring) {
-                    score_ring_key(rs, t, kvh);
-                } else if (KIVI != 0u) {
-                    score_kivi_key(uint(id), kvh, t % PAGE_SIZE);
-                } else {
-                    uint sl = t % PAGE_SIZE;
-                    score_key_row(key_word(uint(id), kvh, sl, 0u), row_scale_half(uint(id), kvh, sl, 0u, false),
-                                  row_bias_half(uint(id), kvh, sl, 0u, false));
-                }
-                [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
-                    if (i >= nq || !sees(pos0 + i / nheads, t)) score[i] = NEG;
-                }
-                pg = ring ? RING_TOKEN : id;
-                slot = ring ? t : t % PAGE_SIZE;
+// ---- A: visibility and scores of token lid of block blk; its page and slot into tok_* (buffer tb), the
+// subgroup maxima into red_m ----
+void phase_a(Item it, uint blk, uint lid, uint tb, bool elect, uint sg) {
+    [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) score[i] = NEG;
+    int pg = NO_TOKEN;
+    uint slot = 0u;
+    uint v = blk * WG_SIZE + lid;
+    if (v < it.n_vis) {
+        uint t = v < it.len_a ? it.a0 + v : it.b0 + (v - it.len_a);
+        int id = int(in_u(it.page_w + t / PAGE_SIZE));
+        bool ok = id >= 0;
+        if (ok && it.mask_w != NONE) ok = ((in_u(it.mask_w + (t >> 5)) >> (t & 31u)) & 1u) != 0u;
+        // some row sees t iff the first row at or after t does (the window only moves away from t)
+        uint p_first = max(t, it.pos0);
+        bool any_vis = ok && p_first < it.pos0 + it.nrows && sees(p_first, t);
+        if (any_vis) {
+            bool ring = KIVI != 0u && t >= it.n_quant;
+            [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) score[i] = 0.0;
+            if (ring) {
+                score_ring_key(it.rs, t, it.kvh);
+            } else if (KIVI != 0u) {
+                score_kivi_key(uint(id), it.kvh, t % PAGE_SIZE);
+            } else {
+                uint sl = t % PAGE_SIZE;
+                score_key_row(key_word(uint(id), it.kvh, sl, 0u), row_scale_half(uint(id), it.kvh, sl, 0u, false),
+                              row_bias_half(uint(id), it.kvh, sl, 0u, false));
             }
-        }
-        tok_page[tb + lid] = pg;
-        tok_slot[tb + lid] = slot;
-        [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
-            float mx = subgroupMax(score[i]);
-            if (elect) red_m[i * NSG_MAX + sg] = mx;
-        }
-        barrier();
-        // ---- B: new running maxima; fold the previous block's sum into l ----
-        for (uint i = lid; i < NQ_MAX; i += WG_SIZE) {
-            float mb = NEG, l = st_l[i];
-            for (uint g = 0u; g < gl_NumSubgroups; g++) {
-                mb = max(mb, red_m[i * NSG_MAX + g]);
-                if (blk > 0u) l += red_l[i * NSG_MAX + g];
+            [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+                if (i >= it.nq || !sees(it.pos0 + i / it.nheads, t)) score[i] = NEG;
             }
-            float mo = st_m[i], mn = max(mo, mb);
-            float corr = mo == NEG ? 0.0 : exp(mo - mn);
-            st_m[i] = mn;
-            st_l[i] = l * corr;
-            st_c[i] = corr;
+            pg = ring ? RING_TOKEN : id;
+            slot = ring ? t : t % PAGE_SIZE;
         }
-        barrier();
-        [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
-            float p = score[i] == NEG ? 0.0 : exp(score[i] - st_m[i]);
-            pw[i * WG_SIZE + lid] = p;
-            float sum = subgroupAdd(p);
-            if (elect) red_l[i * NSG_MAX + sg] = sum;
+    }
+    tok_page[tb + lid] = pg;
+    tok_slot[tb + lid] = slot;
+    [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+        float mx = subgroupMax(score[i]);
+        if (elect) red_m[i * NSG_MAX + sg] = mx;
+    }
+}
+
+// ---- B, first half: new running maxima; fold the previous block's sum into l ----
+void phase_b_max(uint blk, uint lid) {
+    for (uint i = lid; i < NQ_MAX; i += WG_SIZE) {
+        float mb = NEG, l = st_l[i];
+        for (uint g = 0u; g < gl_NumSubgroups; g++) {
+            mb = max(mb, red_m[i * NSG_MAX + g]);
+            if (blk > 0u) l += red_l[i * NSG_MAX + g];
         }
-        barrier();
-        // ---- C: rescale and accumulate p · v over this invocation's units and token slice ----
-        if (c_active) {
-            [[unroll]] for (uint x = 0u; x < UPI * NQ_MAX * CPI; x++) acc[x] *= st_c[(x / CPI) % NQ_MAX];
-            for (uint k = slice; k < WG_SIZE; k += TS) {
-                int tp = tok_page[tb + k];
-                if (tp == NO_TOKEN) continue;
-                uint ts = tok_slot[tb + k];
-                [[unroll]] for (uint u = 0u; u < UPI; u++) {
-                    uint unit = unit0 + u * WG_SIZE;
-                    if (unit >= NU) break;
-                    load_value_unit(tp, ts, kvh, rs, unit * CPI);
-                    [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
-                        float p = pw[i * WG_SIZE + k];
-                        [[unroll]] for (uint ch = 0u; ch < CPI; ch++) acc[(u * NQ_MAX + i) * CPI + ch] += p * xv[ch];
-                    }
-                }
+        float mo = st_m[i], mn = max(mo, mb);
+        float corr = mo == NEG ? 0.0 : exp(mo - mn);
+        st_m[i] = mn;
+        st_l[i] = l * corr;
+        st_c[i] = corr;
+    }
+}
+
+// ---- B, second half: p = e^(s - m_new) of token lid into pw, the subgroup sums into red_l ----
+void phase_b_weights(uint lid, bool elect, uint sg) {
+    [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+        float p = score[i] == NEG ? 0.0 : exp(score[i] - st_m[i]);
+        pw[i * WG_SIZE + lid] = p;
+        float sum = subgroupAdd(p);
+        if (elect) red_l[i * NSG_MAX + sg] = sum;
+    }
+}
+
+// ---- C: rescale and accumulate p · v over this invocation's units (from unit0) and token slice ----
+void phase_c(uint kvh, uint rs, uint tb, uint slice, uint unit0) {
+    [[unroll]] for (uint x = 0u; x < UPI * NQ_MAX * CPI; x++) acc[x] *= st_c[(x / CPI) % NQ_MAX];
+    for (uint k = slice; k < WG_SIZE; k += TS) {
+        int tp = tok_page[tb + k];
+        if (tp == NO_TOKEN) continue;
+        uint ts = tok_slot[tb + k];
+        [[unroll]] for (uint u = 0u; u < UPI; u++) {
+            uint unit = unit0 + u * WG_SIZE;
+            if (unit >= NU) break;
+            load_value_unit(tp, ts, kvh, rs, unit * CPI);
+            [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+                float p = pw[i * WG_SIZE + k];
+                [[unroll]] for (uint ch = 0u; ch < CPI; ch++) acc[(u * NQ_MAX + i) * CPI + ch] += p * xv[ch];
             }
         }
     }
-    barrier();
+}
 
-    // ---- the last block's sum; slices summed into qo (now free) as o[i][c] ----
+// ---- the end: the last block's sum; the slices summed into qo (now free) as o[i][c] ----
+void sum_slices(uint n_blocks, uint lid, uint slice, uint unit0, bool c_active) {
     if (n_blocks > 0u)
         for (uint i = lid; i < NQ_MAX; i += WG_SIZE)
             for (uint g = 0u; g < gl_NumSubgroups; g++) st_l[i] += red_l[i * NSG_MAX + g];
@@ -357,30 +382,67 @@ void attend_main() {
             }
         barrier();
     }
+}
 
-    // ---- finalize into down, or write the partial (m, l, o) ----
-    if (part == NONE) {
-        for (uint x = lid; x < nq * D_V; x += WG_SIZE) {
-            uint i = x / D_V, c = x % D_V, head = head0 + i % nheads;
-            float m = st_m[i], l = st_l[i], f = 0.0;
-            if (l > 0.0) {
-                bool has_sink = pc.sink_w != NONE;
-                float sigma = has_sink ? in_f(pc.sink_w + head) : NEG;
-                float M = max(m, sigma);
-                float w = exp(m - M);
-                f = w / (l * w + (has_sink ? exp(sigma - M) : 0.0));
-            }
-            down[((qrow0 + i / nheads) * pc.n_heads_q + head) * D_V + c] = floatBitsToUint(qo[x / 4u][x % 4u] * f);
+// ---- finalize into down: out = o / (l + e^(σ - m)), zeros when nothing was visible ----
+void finalize(Item it, uint lid) {
+    for (uint x = lid; x < it.nq * D_V; x += WG_SIZE) {
+        uint i = x / D_V, c = x % D_V, head = it.head0 + i % it.nheads;
+        float m = st_m[i], l = st_l[i], f = 0.0;
+        if (l > 0.0) {
+            bool has_sink = pc.sink_w != NONE;
+            float sigma = has_sink ? in_f(pc.sink_w + head) : NEG;
+            float M = max(m, sigma);
+            float w = exp(m - M);
+            f = w / (l * w + (has_sink ? exp(sigma - M) : 0.0));
         }
-    } else {
-        uint base = pc.part_w + part;
-        for (uint x = lid; x < nq * D_V; x += WG_SIZE) {
-            uint i = x / D_V, c = x % D_V;
-            scratch[base + i * (D_V + 2u) + 2u + c] = floatBitsToUint(qo[x / 4u][x % 4u]);
-        }
-        for (uint i = lid; i < nq; i += WG_SIZE) {
-            scratch[base + i * (D_V + 2u)] = floatBitsToUint(st_m[i]);
-            scratch[base + i * (D_V + 2u) + 1u] = floatBitsToUint(st_l[i]);
-        }
+        down[((it.qrow0 + i / it.nheads) * pc.n_heads_q + head) * D_V + c] = floatBitsToUint(qo[x / 4u][x % 4u] * f);
     }
+}
+
+// ---- or write the partial (m, l, o[D_V]) for reduce.comp ----
+void write_partial(Item it, uint lid) {
+    uint base = pc.part_w + it.part;
+    for (uint x = lid; x < it.nq * D_V; x += WG_SIZE) {
+        uint i = x / D_V, c = x % D_V;
+        scratch[base + i * (D_V + 2u) + 2u + c] = floatBitsToUint(qo[x / 4u][x % 4u]);
+    }
+    for (uint i = lid; i < it.nq; i += WG_SIZE) {
+        scratch[base + i * (D_V + 2u)] = floatBitsToUint(st_m[i]);
+        scratch[base + i * (D_V + 2u) + 1u] = floatBitsToUint(st_l[i]);
+    }
+}
+
+void attend_main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint item = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    if (item >= pc.n_items) return;
+    const Item it = load_item(item);
+    init_item(it, lid);
+    // this invocation's share of phase C
+    const uint slice = NU >= WG_SIZE ? 0u : lid / NU;
+    const uint unit0 = NU >= WG_SIZE ? lid : lid % NU;
+    const bool c_active = slice < TS;
+    const bool elect = subgroupElect();
+    const uint sg = gl_SubgroupID;
+    barrier();
+
+    const uint n_blocks = (it.n_vis + WG_SIZE - 1u) / WG_SIZE;
+    for (uint blk = 0u; blk < n_blocks; blk++) {
+        const uint tb = (blk & 1u) * WG_SIZE; // tok_* buffer of this block
+        phase_a(it, blk, lid, tb, elect, sg);
+        barrier();
+        phase_b_max(blk, lid);
+        barrier();
+        phase_b_weights(lid, elect, sg);
+        barrier();
+        if (c_active) phase_c(it.kvh, it.rs, tb, slice, unit0);
+    }
+    barrier();
+
+    sum_slices(n_blocks, lid, slice, unit0, c_active);
+    if (it.part == NONE)
+        finalize(it, lid);
+    else
+        write_partial(it, lid);
 }
