@@ -54,15 +54,10 @@ enum {
 /* Records of the input tables, word for word as the shaders read them. */
 enum { ITEM_WORDS = 12, SEQ_WORDS = 5, REDUCE_WORDS = 5, TPAGE_WORDS = 5 };
 
-/* Push constants, field for field the shaders' Push blocks. */
-typedef struct attend_push {
-    uint32_t n_items, item_w, seq_w, q_w, sink_w, part_w, n_heads_q;
-    int32_t window, n_sink_tokens;
-    float scale;
-    uint32_t in_base;
-} attend_push;
-typedef struct reduce_push { uint32_t n_entries, entry_w, part_w, sink_w, in_base; } reduce_push;
-typedef struct dequant_push { uint32_t n_pages, entry_w, f_page_w, f_v_w, f_head_w, in_base; } dequant_push;
+/* Push constants: the shaders' Push blocks, from the field lists of shaders/push.glsl. */
+VKB_PUSH_STRUCT(attend_push, GOKV_PUSH_ATTEND);   /* attend, baseline_attend */
+VKB_PUSH_STRUCT(reduce_push, GOKV_PUSH_REDUCE);   /* reduce */
+VKB_PUSH_STRUCT(dequant_push, GOKV_PUSH_DEQUANT); /* baseline_dequant */
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;

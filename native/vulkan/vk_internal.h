@@ -49,6 +49,23 @@ extern "C" {
 #define VKB_PUSH_BYTES 128u
 #define VKB_N_BINDINGS 5u
 
+/* Push constants: the field lists of shaders/push.glsl, shared with the shaders. VKB_PUSH_STRUCT(tag, LIST)
+ * declares the C struct of a list and checks that it is laid out as the shader's std430 block (4-byte
+ * fields, no padding) and fits VKB_PUSH_BYTES. */
+#include "shaders/push.glsl"
+#define VKB_PUSH_FIELD(type, name) type name;
+#define VKB_PUSH_ONE(type, name) +1
+#if defined(__cplusplus)
+#define VKB_PUSH_ASSERT static_assert
+#else
+#define VKB_PUSH_ASSERT _Static_assert
+#endif
+#define VKB_PUSH_STRUCT(tag, LIST)                                                                         \
+    typedef struct tag {                                                                                   \
+        LIST(VKB_PUSH_FIELD)                                                                               \
+    } tag;                                                                                                 \
+    VKB_PUSH_ASSERT(sizeof(tag) == 4u * (0 LIST(VKB_PUSH_ONE)), #tag ": 4-byte fields, laid out as std430"); \
+    VKB_PUSH_ASSERT(sizeof(tag) <= VKB_PUSH_BYTES, #tag ": larger than VKB_PUSH_BYTES")
 
 /* Specialization constant ids (constant_id in GLSL = the enum value). Keep in sync with common.glsl. */
 enum {

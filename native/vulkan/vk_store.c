@@ -33,11 +33,11 @@
 enum { ROW_META = 4, KEY_GROUP_META = 6, RING_META = 3, READ_META = 4 };
 #define NONE 0xffffffffu /* "no ring slot" / "released page" in a record */
 
-/* Push constants, mirrored field for field by the shaders' Push blocks. */
-typedef struct rows_push { uint32_t k_w, v_w, meta_w, n_items; } rows_push;           /* store_rows */
-typedef struct kivi_keys_push { uint32_t k_w, meta_w, n_items; } kivi_keys_push;       /* store_kivi_keys */
-typedef struct ring_push { uint32_t k_w, v_w, meta_w, n_items; } ring_push;           /* store_ring */
-typedef struct read_push { uint32_t meta_w, k_out_w, v_out_w, n_k_items, n_items; } read_push; /* store_read */
+/* Push constants: the shaders' Push blocks, from the field lists of shaders/push.glsl. */
+VKB_PUSH_STRUCT(rows_push, GOKV_PUSH_STORE_ROWS);           /* store_rows */
+VKB_PUSH_STRUCT(kivi_keys_push, GOKV_PUSH_STORE_KIVI_KEYS); /* store_kivi_keys */
+VKB_PUSH_STRUCT(ring_push, GOKV_PUSH_STORE_RING);           /* store_ring */
+VKB_PUSH_STRUCT(read_push, GOKV_PUSH_STORE_READ);           /* store_read */
 
 /* Dispatches items invocations (workgroups of wg) as a 2D grid, so that no count exceeds 65535. Callers keep
  * items below 2^32 (see chunk_fits). */

@@ -52,19 +52,8 @@ const uint UPI = (NU + WG_SIZE - 1u) / WG_SIZE;         // units per invocation
 const uint TS = NU >= WG_SIZE ? 1u : WG_SIZE / NU;      // token slices of phase C
 const uint ITEM_WORDS = 12u, SEQ_WORDS = 5u;
 
-layout(push_constant) uniform Push {
-    uint n_items;
-    uint item_w;    // item table in the inputs (ITEM_WORDS each)
-    uint seq_w;     // sequence table in the inputs (SEQ_WORDS each)
-    uint q_w;       // queries [rows][n_heads_q][D_K] in the inputs
-    uint sink_w;    // learned sink logits [n_heads_q] in the inputs, or NONE
-    uint part_w;    // first word of the split-K partials in scratch
-    uint n_heads_q;
-    int window;
-    int n_sink_tokens;
-    float scale;
-    uint in_base;   // staged inputs in scratch (attend_inputs.glsl)
-} pc;
+#include "push.glsl"
+PUSH_BLOCK(GOKV_PUSH_ATTEND); // the fields: push.glsl
 
 #include "attend_inputs.glsl"
 

@@ -13,14 +13,8 @@ layout(local_size_x_id = 28) in;
 #define UP_QUAL readonly
 #include "common.glsl"
 
-layout(push_constant) uniform Push {
-    uint n_pages;   // temporary pages
-    uint entry_w;   // entry table in the inputs
-    uint f_page_w;  // words of one f32 page
-    uint f_v_w;     // word offset of the f32 page's V section inside a head block
-    uint f_head_w;  // words of one f32 head block (gokv_layout.h)
-    uint in_base;   // staged inputs in scratch (attend_inputs.glsl)
-} pc;
+#include "push.glsl"
+PUSH_BLOCK(GOKV_PUSH_DEQUANT); // the fields: push.glsl
 
 #include "attend_inputs.glsl"
 

@@ -16,13 +16,8 @@ layout(local_size_x_id = 28) in;
 const uint NONE = 0xffffffffu;
 const float NEG = -3.0e38;
 
-layout(push_constant) uniform Push {
-    uint n_entries;
-    uint entry_w;  // entry table in the inputs
-    uint part_w;   // partials in scratch
-    uint sink_w;   // learned sink logits in the inputs, or NONE
-    uint in_base;  // staged inputs in scratch (attend_inputs.glsl)
-} pc;
+#include "push.glsl"
+PUSH_BLOCK(GOKV_PUSH_REDUCE); // the fields: push.glsl
 
 #include "attend_inputs.glsl"
 

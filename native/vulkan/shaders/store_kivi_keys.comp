@@ -20,11 +20,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-layout(push_constant) uniform Push {
-    uint k_w;     // word offsets in up
-    uint meta_w;
-    uint n_items; // groups * N_KV_HEADS * D_K
-} pc;
+#include "push.glsl"
+PUSH_BLOCK(GOKV_PUSH_STORE_KIVI_KEYS); // the fields: push.glsl
 
 const uint TOKEN_STRIDE = N_KV_HEADS * D_K; // between consecutive tokens, in ring halves and input words
 

@@ -16,13 +16,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-layout(push_constant) uniform Push {
-    uint meta_w;    // word offset in up
-    uint k_out_w;   // word offsets in down
-    uint v_out_w;
-    uint n_k_items; // rows * N_KV_HEADS * D_K
-    uint n_items;   // n_k_items + (v_out ? rows * N_KV_HEADS * D_V : 0)
-} pc;
+#include "push.glsl"
+PUSH_BLOCK(GOKV_PUSH_STORE_READ); // the fields: push.glsl
 
 void main() {
     uint item = store_item();

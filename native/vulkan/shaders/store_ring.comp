@@ -14,12 +14,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-layout(push_constant) uniform Push {
-    uint k_w;     // word offsets in up
-    uint v_w;
-    uint meta_w;
-    uint n_items; // tokens * (K_WORDS + V_WORDS)
-} pc;
+#include "push.glsl"
+PUSH_BLOCK(GOKV_PUSH_STORE_RING); // the fields: push.glsl
 
 const uint K_WORDS = N_KV_HEADS * D_K / 2u;
 const uint V_WORDS = V_IS_K_PREFIX != 0u ? 0u : N_KV_HEADS * D_V / 2u;

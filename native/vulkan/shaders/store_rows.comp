@@ -23,12 +23,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-layout(push_constant) uniform Push {
-    uint k_w;     // word offsets in up
-    uint v_w;
-    uint meta_w;
-    uint n_items; // rows * (K_UNITS + V_UNITS)
-} pc;
+#include "push.glsl"
+PUSH_BLOCK(GOKV_PUSH_STORE_ROWS); // the fields: push.glsl
 
 const uint UNIT = QUANTIZED ? GROUP : 4u;
 const uint K_UNITS = KIVI != 0u ? 0u : N_KV_HEADS * (D_K / UNIT); // KIVI keys are stored per channel

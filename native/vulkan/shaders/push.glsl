@@ -1,0 +1,86 @@
+// push.glsl: the push constants of every shader, declared once for the shaders and for the host code
+// (vk_internal.h includes this file too, so it is plain C as well as GLSL: /* */ comments inside the
+// lists, no GLSL-only syntax outside the GLSL branch below).
+//
+// Each block is a field list GOKV_PUSH_<OP>(X): X(type, name) per field, in order, type one of PUSH_UINT,
+// PUSH_INT, PUSH_FLOAT. Only 4-byte scalars, so the block's std430 layout (push constants) and the C
+// struct's agree: field i at byte 4 i, no padding; VKB_PUSH_STRUCT (vk_internal.h) checks each struct's
+// size. A shader declares its block with PUSH_BLOCK(GOKV_PUSH_<OP>) (named Push, instance pc).
+// Word offsets (*_w) are in 4-byte words of the buffer named in the comment.
+#ifndef GOKV_PUSH_GLSL
+#define GOKV_PUSH_GLSL
+
+// attend.comp, baseline_attend.comp (attend_common.glsl)
+#define GOKV_PUSH_ATTEND(X)                                                                                  \
+    X(PUSH_UINT, n_items)                                                                                    \
+    X(PUSH_UINT, item_w)    /* item table in the inputs (ITEM_WORDS each) */                                 \
+    X(PUSH_UINT, seq_w)     /* sequence table in the inputs (SEQ_WORDS each) */                              \
+    X(PUSH_UINT, q_w)       /* queries [rows][n_heads_q][D_K] in the inputs */                               \
+    X(PUSH_UINT, sink_w)    /* learned sink logits [n_heads_q] in the inputs, or NONE */                     \
+    X(PUSH_UINT, part_w)    /* first word of the split-K partials in scratch */                              \
+    X(PUSH_UINT, n_heads_q)                                                                                  \
+    X(PUSH_INT, window)                                                                                      \
+    X(PUSH_INT, n_sink_tokens)                                                                               \
+    X(PUSH_FLOAT, scale)                                                                                     \
+    X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl) */
+
+// reduce.comp
+#define GOKV_PUSH_REDUCE(X)                                                                                  \
+    X(PUSH_UINT, n_entries)                                                                                  \
+    X(PUSH_UINT, entry_w)   /* entry table in the inputs */                                                  \
+    X(PUSH_UINT, part_w)    /* partials in scratch */                                                        \
+    X(PUSH_UINT, sink_w)    /* learned sink logits in the inputs, or NONE */                                 \
+    X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl) */
+
+// baseline_dequant.comp
+#define GOKV_PUSH_DEQUANT(X)                                                                                 \
+    X(PUSH_UINT, n_pages)   /* temporary pages */                                                            \
+    X(PUSH_UINT, entry_w)   /* entry table in the inputs */                                                  \
+    X(PUSH_UINT, f_page_w)  /* words of one f32 page */                                                      \
+    X(PUSH_UINT, f_v_w)     /* word offset of the f32 page's V section inside a head block */                \
+    X(PUSH_UINT, f_head_w)  /* words of one f32 head block (gokv_layout.h) */                                \
+    X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl) */
+
+// store_rows.comp
+#define GOKV_PUSH_STORE_ROWS(X)                                                                              \
+    X(PUSH_UINT, k_w)       /* word offsets in up */                                                         \
+    X(PUSH_UINT, v_w)                                                                                        \
+    X(PUSH_UINT, meta_w)                                                                                     \
+    X(PUSH_UINT, n_items)   /* rows * (K_UNITS + V_UNITS) */
+
+// store_kivi_keys.comp
+#define GOKV_PUSH_STORE_KIVI_KEYS(X)                                                                         \
+    X(PUSH_UINT, k_w)       /* word offsets in up */                                                         \
+    X(PUSH_UINT, meta_w)                                                                                     \
+    X(PUSH_UINT, n_items)   /* groups * N_KV_HEADS * D_K */
+
+// store_ring.comp
+#define GOKV_PUSH_STORE_RING(X)                                                                              \
+    X(PUSH_UINT, k_w)       /* word offsets in up */                                                         \
+    X(PUSH_UINT, v_w)                                                                                        \
+    X(PUSH_UINT, meta_w)                                                                                     \
+    X(PUSH_UINT, n_items)   /* tokens * (K_WORDS + V_WORDS) */
+
+// store_read.comp
+#define GOKV_PUSH_STORE_READ(X)                                                                              \
+    X(PUSH_UINT, meta_w)    /* word offset in up */                                                          \
+    X(PUSH_UINT, k_out_w)   /* word offsets in down */                                                       \
+    X(PUSH_UINT, v_out_w)                                                                                    \
+    X(PUSH_UINT, n_k_items) /* rows * N_KV_HEADS * D_K */                                                    \
+    X(PUSH_UINT, n_items)   /* n_k_items + (v_out ? rows * N_KV_HEADS * D_V : 0) */
+
+#if defined(__STDC_VERSION__) || defined(__cplusplus)
+// C: the types; vk_internal.h makes the structs (VKB_PUSH_STRUCT)
+#define PUSH_UINT uint32_t
+#define PUSH_INT int32_t
+#define PUSH_FLOAT float
+#else
+// GLSL
+#define PUSH_UINT uint
+#define PUSH_INT int
+#define PUSH_FLOAT float
+#define PUSH_FIELD(type, name) type name;
+#define PUSH_BLOCK(LIST) layout(push_constant) uniform Push { LIST(PUSH_FIELD) } pc
+#endif
+
+#endif
