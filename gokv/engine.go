@@ -3,6 +3,7 @@ package gokv
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
@@ -21,6 +22,8 @@ type Engine struct {
 	info   bridge.DeviceInfo
 	caches map[*Cache]struct{}
 	closed bool
+
+	logBackend atomic.Pointer[string] // the backend whose native messages go to the logger; nil: any
 }
 
 // engineConfig holds what the Options set.
@@ -60,8 +63,37 @@ func WithLogger(l zerolog.Logger) Option {
 	}
 }
 
-// Backends returns the backends compiled into this build, "cpu" first.
+// Backends returns the backends compiled into this build, "cpu" first (none in a build without cgo).
 func Backends() []string { return bridge.Backends() }
+
+// ABIVersion returns the C ABI version of the linked native library (0 in a build without cgo).
+func ABIVersion() int { return int(bridge.ABIVersion()) }
+
+// Ceilings are a device's measured limits, the roofline an attention call is held to: the bandwidth its
+// bytes are read at and, where measured, the float32 FMA peak.
+type Ceilings struct {
+	ReadGBps   float64 // GB/s (1e9 B/s): CPU streaming read; GPU buffer copy, read + write
+	PeakGFLOPs float64 // GFLOP/s; 0 where not measured (GPU decode attention is memory-bound)
+	Method     string  // what was measured, in words
+}
+
+// Measure measures the device's ceilings over about bytes of memory (0: the backend's default; a few
+// times the last-level cache is right for a CPU). It takes up to a few seconds and uses the whole
+// device: do not run it beside other work. ErrNotSupported where the backend has no measurement.
+func (e *Engine) Measure(bytes int64) (Ceilings, error) {
+	const op = "Engine.Measure"
+	if err := e.check(op); err != nil {
+		return Ceilings{}, err
+	}
+	if bytes < 0 {
+		return Ceilings{}, newErr(op, ErrorInvalid, "bytes %d must be >= 0 (0 = the backend's default)", bytes)
+	}
+	c, err := e.dev.Measure(uint64(bytes))
+	if err != nil {
+		return Ceilings{}, wrapErr(op, "backend "+e.info.Backend, err)
+	}
+	return Ceilings{ReadGBps: c.ReadGBps, PeakGFLOPs: c.PeakGFLOPs, Method: c.Method}, nil
+}
 
 // Open opens a device with the given options (default: backend "auto", device -1, all CPUs, silent).
 // It fails with ErrNoDevice when the backend is not compiled in or has no such device, ErrVersion when
@@ -86,22 +118,35 @@ func Open(opts ...Option) (*Engine, error) {
 	if !bridge.CgoEnabled {
 		return nil, &Error{Op: op, Code: ErrorNoDevice, Msg: ErrNoCgo.Error(), cause: ErrNoCgo}
 	}
+	e := &Engine{cfg: cfg, caches: make(map[*Cache]struct{})}
+	if cfg.hasLog {
+		// Registered before the device opens, so that what the backend logs while opening it (driver and
+		// validation-layer messages) reaches the logger too.
+		if cfg.backend != "auto" {
+			name := cfg.backend
+			e.logBackend.Store(&name)
+		}
+		if err := logRegister(e); err != nil {
+			return nil, wrapErr(op, "log callback", err)
+		}
+	}
+	fail := func(err error) (*Engine, error) {
+		if cfg.hasLog {
+			logUnregister(e)
+		}
+		return nil, wrapErr(op, "backend "+cfg.backend, err)
+	}
 	dev, err := bridge.OpenDevice(cfg.backend, cfg.device, cfg.threads)
 	if err != nil {
-		return nil, wrapErr(op, "backend "+cfg.backend, err)
+		return fail(err)
 	}
 	info, err := dev.Info()
 	if err != nil {
 		_ = dev.Close()
-		return nil, wrapErr(op, "backend "+cfg.backend, err)
+		return fail(err)
 	}
-	e := &Engine{dev: dev, cfg: cfg, info: info, caches: make(map[*Cache]struct{})}
-	if cfg.hasLog {
-		if err := logRegister(e); err != nil {
-			_ = dev.Close()
-			return nil, wrapErr(op, "log callback", err)
-		}
-	}
+	e.dev, e.info = dev, info
+	e.logBackend.Store(&e.info.Backend)
 	cfg.logger.Debug().Str("backend", info.Backend).Str("op", op).Str("device", info.Name).
 		Str("features", info.Features).Int("threads", info.Threads).Msg("gokv engine opened")
 	return e, nil
@@ -128,6 +173,7 @@ type DeviceCaps struct {
 	Window       bool // sliding windows and sink tokens (also what SinkWindow eviction needs)
 	MLA          bool // values as a prefix of the keys (DeepSeek's absorbed MLA)
 	Holes        bool // released pages inside a sequence
+	Baseline     bool // the dequantize-then-attend reference path (PagedAttend.Baseline)
 }
 
 // Supports reports whether the device can store format f.
@@ -138,7 +184,7 @@ func deviceInfo(i bridge.DeviceInfo) DeviceInfo {
 		SubgroupSize: i.SubgroupSize, Threads: i.Threads,
 		Caps: DeviceCaps{Decode: i.Caps.Has(bridge.CapDecode), Prefill: i.Caps.Has(bridge.CapPrefill),
 			LearnedSinks: i.Caps.Has(bridge.CapLearnedSinks), Window: i.Caps.Has(bridge.CapWindow),
-			MLA: i.Caps.Has(bridge.CapMLA), Holes: i.Caps.Has(bridge.CapHoles)}}
+			MLA: i.Caps.Has(bridge.CapMLA), Holes: i.Caps.Has(bridge.CapHoles), Baseline: i.Caps.Has(bridge.CapBaseline)}}
 	for _, k := range []FormatKind{F32, F16, Q8, Q4, KIVI2, KIVI4} {
 		if i.SupportsFormat(bridge.Format(k)) {
 			d.Formats = append(d.Formats, k)
@@ -253,7 +299,7 @@ func logInstall() error {
 	}
 	return bridge.SetLogFunc(func(level int, backend, op, msg string) {
 		for _, e := range receivers {
-			if backend != "" && backend != e.info.Backend {
+			if b := e.logBackend.Load(); backend != "" && b != nil && backend != *b {
 				continue
 			}
 			e.cfg.logger.WithLevel(zerologLevel(level)).Str("backend", backend).Str("op", op).Msg(msg)

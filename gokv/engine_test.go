@@ -197,6 +197,6 @@ func TestDeviceInfoCapabilities(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []FormatKind{F32, F16, Q8, Q4, KIVI2, KIVI4}, info.Formats)
 	assert.True(t, info.Supports(KIVI2))
-	assert.Equal(t, DeviceCaps{Decode: true, Prefill: true, LearnedSinks: true, Window: true, MLA: true, Holes: true}, info.Caps)
+	assert.Equal(t, DeviceCaps{Decode: true, Prefill: true, LearnedSinks: true, Window: true, MLA: true, Holes: true, Baseline: true}, info.Caps)
 	assert.False(t, DeviceInfo{Formats: []FormatKind{F16}}.Supports(Q4))
 }

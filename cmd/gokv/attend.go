@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gokv/gokv/bridge"
 	"github.com/gokv/gokv/gokv"
 )
 
@@ -182,18 +181,18 @@ func newSeqLayout(f gokv.Format, seqs, tokens int) seqLayout {
 }
 
 // newLayoutPool creates a pool holding the layout's sequences.
-func newLayoutPool(dev *bridge.Device, f gokv.Format, l seqLayout, hkv, dk, dv int, mla bool) (*bridge.Pool, error) {
-	desc := bridge.PoolDesc{Format: bridge.Format(f.Kind), GroupSize: f.Group, Residual: f.Residual, KVHeads: hkv,
-		HeadDimK: dk, HeadDimV: dv, VIsKPrefix: mla, PageSize: l.pageSize, Pages: len(l.pageIDs)}
+func newLayoutPool(eng *gokv.Engine, f gokv.Format, l seqLayout, hkv, dk, dv int, mla bool) (*gokv.PagedPool, error) {
+	o := gokv.PagedPoolOptions{Format: f, KVHeads: hkv, HeadDimK: dk, HeadDimV: dv, VIsKPrefix: mla,
+		PageSize: l.pageSize, Pages: len(l.pageIDs)}
 	if f.Kind.IsKIVI() {
-		desc.ResidualSlots = l.seqs
+		o.ResidualSlots = l.seqs
 	}
-	return bridge.NewPool(dev, desc)
+	return eng.NewPagedPool(o)
 }
 
 // writeSeq appends k [n, hkv, dk] and v [n, hkv, dv] (nil for MLA) to sequence seq, which holds start tokens.
-func (l seqLayout) writeSeq(pool *bridge.Pool, seq, start int, k, v []float32, n int) error {
-	b := bridge.WriteBatch{
+func (l seqLayout) writeSeq(pool *gokv.PagedPool, seq, start int, k, v []float32, n int) error {
+	w := gokv.PagedWrite{
 		TokIndptr:  []int32{0, int32(n)},
 		PageIndptr: []int32{0, int32(l.pagesPerSeq)},
 		PageIDs:    l.pageIDs[seq*l.pagesPerSeq : (seq+1)*l.pagesPerSeq],
@@ -201,9 +200,9 @@ func (l seqLayout) writeSeq(pool *bridge.Pool, seq, start int, k, v []float32, n
 		K:          k, V: v,
 	}
 	if l.residualSlot != nil {
-		b.ResidualSlot = l.residualSlot[seq : seq+1]
+		w.ResidualSlot = l.residualSlot[seq : seq+1]
 	}
-	return pool.Write(b)
+	return pool.Write(w)
 }
 
 type attendSummary struct {
@@ -265,17 +264,13 @@ func runAttend(w io.Writer, o *attendOpts) error {
 
 // attendOnce stores the inputs' K/V in a fresh pool through format and attends the queries.
 func attendOnce(o *attendOpts, format gokv.Format, in attendInputs, scale float32) ([]float32, float64, string, error) {
-	dev, err := bridge.OpenDevice(o.backend, -1, o.threads)
-	if err != nil {
-		return nil, 0, "", fmt.Errorf("--backend %s: %w", o.backend, err)
-	}
-	defer dev.Close()
-	info, err := dev.Info()
+	eng, info, err := openEngine(o.backend, o.threads)
 	if err != nil {
 		return nil, 0, "", err
 	}
+	defer eng.Close()
 	lay := newSeqLayout(format, 1, in.S)
-	pool, err := newLayoutPool(dev, format, lay, in.Hkv, in.dk, in.dv, o.mla)
+	pool, err := newLayoutPool(eng, format, lay, in.Hkv, in.dk, in.dv, o.mla)
 	if err != nil {
 		return nil, 0, "", err
 	}
@@ -284,14 +279,14 @@ func attendOnce(o *attendOpts, format gokv.Format, in attendInputs, scale float3
 		return nil, 0, "", err
 	}
 	out := make([]float32, in.T*in.Hq*in.dv)
-	b := bridge.AttendBatch{
-		Pool: pool, QIndptr: []int32{0, int32(in.T)}, PageIndptr: lay.pageIndptr, PageIDs: lay.pageIDs,
+	a := gokv.PagedAttend{
+		QIndptr: []int32{0, int32(in.T)}, PageIndptr: lay.pageIndptr, PageIDs: lay.pageIDs,
 		KVLen: []int32{int32(in.S)}, QPos: []int32{int32(in.S - in.T)}, ResidualSlot: lay.residualSlot,
 		HeadsQ: in.Hq, Q: in.q, Out: out, Scale: scale, SinkLogits: in.sinks, SinkTokens: o.sinkTokens,
 		Window: o.window, ChunkSize: o.chunk,
 	}
 	t0 := time.Now()
-	if err := bridge.Attend(dev, b); err != nil {
+	if err := pool.Attend(a); err != nil {
 		return nil, 0, "", err
 	}
 	return out, float64(time.Since(t0).Microseconds()) / 1e3, info.Backend, nil

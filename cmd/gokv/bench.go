@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gokv/gokv/bridge"
 	"github.com/gokv/gokv/gokv"
 )
 
@@ -127,31 +126,27 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 	if o.prefill && o.prefillTokens < 1 {
 		return fmt.Errorf("--prefill-tokens %d must be >= 1", o.prefillTokens)
 	}
-	dev, err := bridge.OpenDevice(o.backend, -1, o.threads)
-	if err != nil {
-		return fmt.Errorf("--backend %s: %w", o.backend, err)
-	}
-	defer dev.Close()
-	info, err := dev.Info()
+	eng, info, err := openEngine(o.backend, o.threads)
 	if err != nil {
 		return err
 	}
+	defer eng.Close()
 	logger.Info().Str("device", info.Name).Str("features", info.Features).Int("threads", info.Threads).Msg("bench device")
 	// The f32 reference of cos_vs_f32 runs on the CPU backend: the numerical reference, and a GPU's
 	// storage-buffer limit then bounds only the formats under test.
-	refDev := dev
+	refEng := eng
 	if info.Backend != "cpu" {
-		if refDev, err = bridge.OpenDevice("cpu", -1, o.threads); err != nil {
+		if refEng, _, err = openEngine("cpu", o.threads); err != nil {
 			return fmt.Errorf("opening the cpu device for the f32 reference: %w", err)
 		}
-		defer refDev.Close()
+		defer refEng.Close()
 	}
 
 	readBytes := o.readBytes
 	if readBytes <= 0 {
 		readBytes = 512 << 20
 	}
-	m, err := dev.Measure(uint64(readBytes))
+	m, err := eng.Measure(readBytes)
 	if err != nil {
 		return fmt.Errorf("measuring the %s device's floor: %w", info.Backend, err)
 	}
@@ -175,7 +170,7 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 	defer bar.Finish()
 	for _, S := range contexts {
 		for _, B := range batches {
-			rows, err := benchCase(dev, refDev, info, ceil, formats, S, B, modes, o, func() { bar.Add(1) })
+			rows, err := benchCase(eng, refEng, info, ceil, formats, S, B, modes, o, func() { bar.Add(1) })
 			if err != nil {
 				return err
 			}
@@ -214,11 +209,11 @@ func printBenchRow(w io.Writer, asJSON bool, r any) error {
 
 // benchCase builds one pool per format (plus an f32 reference on refDev) holding B sequences of S synthetic
 // tokens, generated once and written to every pool chunk by chunk, then times each format.
-func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings, formats []gokv.Format, S, B int,
+func benchCase(eng, refEng *gokv.Engine, info gokv.DeviceInfo, ceil ceilings, formats []gokv.Format, S, B int,
 	modes []bool, o *benchOpts, tick func()) ([]any, error) {
 	H, Hq, d := o.headsKV, o.headsQ, o.headDim
 	all := append([]gokv.Format{{Kind: gokv.F32}}, formats...)
-	pools := make([]*bridge.Pool, len(all))
+	pools := make([]*gokv.PagedPool, len(all))
 	lays := make([]seqLayout, len(all))
 	defer func() {
 		for _, p := range pools {
@@ -228,9 +223,9 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 	for i, f := range all {
 		lays[i] = newSeqLayout(f, B, S)
 		var err error
-		on := dev
+		on := eng
 		if i == 0 {
-			on = refDev
+			on = refEng
 		}
 		if pools[i], err = newLayoutPool(on, f, lays[i], H, d, d, false); err != nil {
 			return nil, fmt.Errorf("format %s at context %d, batch %d: %w", f, S, B, err)
@@ -265,13 +260,13 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 			qIndptr[s+1] = int32((s + 1) * T)
 			kvLen[s], qPos[s] = int32(S), int32(S-T)
 		}
-		batch := func(i int, out []float32, flags bridge.AttendFlags) bridge.AttendBatch {
-			return bridge.AttendBatch{Pool: pools[i], QIndptr: qIndptr, PageIndptr: lays[i].pageIndptr,
+		batch := func(i int, out []float32, baseline bool) gokv.PagedAttend {
+			return gokv.PagedAttend{QIndptr: qIndptr, PageIndptr: lays[i].pageIndptr,
 				PageIDs: lays[i].pageIDs, KVLen: kvLen, QPos: qPos, ResidualSlot: lays[i].residualSlot, HeadsQ: Hq,
-				Q: q, Out: out, Scale: float32(1 / math.Sqrt(float64(d))), Flags: flags}
+				Q: q, Out: out, Scale: float32(1 / math.Sqrt(float64(d))), Baseline: baseline}
 		}
 		ref := make([]float32, B*T*Hq*d)
-		if err := bridge.Attend(refDev, batch(0, ref, 0)); err != nil {
+		if err := pools[0].Attend(batch(0, ref, false)); err != nil {
 			return nil, fmt.Errorf("f32 reference at context %d: %w", S, err)
 		}
 		// Causal rows: row j (0-based) of T sees S-T+j+1 tokens.
@@ -282,7 +277,7 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 			out := make([]float32, B*T*Hq*d)
 			// Up to 1000 runs: a 4K decode takes about 0.2 ms on two cores, and 50 runs (10 ms) let one
 			// burst of a noisy machine move its median by a third.
-			tm, err := timeIt(o.minTime, 3, 1000, func() error { return bridge.Attend(dev, batch(i, out, 0)) })
+			tm, err := timeIt(o.minTime, 3, 1000, func() error { return pools[i].Attend(batch(i, out, false)) })
 			if err != nil {
 				return nil, fmt.Errorf("format %s at context %d: %w", f, S, err)
 			}
@@ -295,10 +290,10 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 			row := benchRow{Backend: info.Backend, Format: f.String(), Context: S, Batch: B, HeadsQ: Hq, HeadsKV: H,
 				HeadDim: d, Threads: info.Threads, Ms: ms, MsP10: tm.p10, MsP90: tm.p90, GBps: bytes / (ms * 1e-3) / 1e9,
 				GFLOPs: flops / (ms * 1e-3) / 1e9, FloorMs: floor, FloorFrac: floor / ms, CosVsF32: cosine(out, ref)}
-			if info.Caps.Has(bridge.CapBaseline) {
+			if info.Caps.Baseline {
 				// The baseline materializes f32 K/V for every call: give it a smaller budget and fewer runs.
 				baseOut := make([]float32, len(out))
-				baseline := func() error { return bridge.Attend(dev, batch(i, baseOut, bridge.AttendDequantBaseline)) }
+				baseline := func() error { return pools[i].Attend(batch(i, baseOut, true)) }
 				// One call first, untimed: the first call at a new largest context grows the device's f32
 				// copy (page faults of up to gigabytes), and timeIt would count a warm-up that long as a run.
 				var btm timing
@@ -307,7 +302,7 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 					btm, err = timeIt(o.minTime/2, 1, 10, baseline)
 				}
 				switch {
-				case errors.Is(err, bridge.ErrNoMem):
+				case errors.Is(err, gokv.ErrOutOfMemory):
 					// The baseline's f32 copy of K/V can outgrow a GPU's storage buffers where the fused
 					// path still fits: the row says so (null baseline) instead of failing the run.
 					logger.Warn().Err(err).Str("format", f.String()).Int("context", S).
@@ -332,14 +327,10 @@ func benchCase(dev, refDev *bridge.Device, info bridge.DeviceInfo, ceil ceilings
 
 // bytesTouched is the compressed bytes one sequence of S tokens makes attention read: its pages (whole
 // pages, as stored) and, for KIVI, the fp16 rows in its residual ring.
-func bytesTouched(pool *bridge.Pool, f gokv.Format, S, H, d int) (float64, error) {
-	pageBytes, _, err := pool.Sizes()
-	if err != nil {
-		return 0, err
-	}
+func bytesTouched(pool *gokv.PagedPool, f gokv.Format, S, H, d int) (float64, error) {
 	nq := f.QuantizedTokens(S)
-	P := pool.Desc().PageSize
-	bytes := float64((nq+P-1)/P) * float64(pageBytes)
+	P := pool.Options().PageSize
+	bytes := float64((nq+P-1)/P) * float64(pool.Layout().PageBytes)
 	bytes += float64(S-nq) * float64(H) * float64(2*d) * 2
 	return bytes, nil
 }

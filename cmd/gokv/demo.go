@@ -494,8 +494,8 @@ func printDemo(w io.Writer, rep demoReport) {
 	fmt.Fprintf(w, "%-14s %12s %11s %16s %24s %10s %11s\n", "format", "KV in use", "B/tok/layer", "full model @128K",
 		"decode ms [p10-p90]", "cos f32", "max |err|")
 	for _, f := range rep.Formats {
-		fmt.Fprintf(w, "%-14s %12s %11.1f %16s %24s %10.6f %11.3g\n", f.Format, gokv.FormatSize(int64(f.BytesUsed)),
-			f.BytesPerTokenLayer, gokv.FormatSize(f.FullModelAt128K), spreadText(f.DecodeMs, f.DecodeMsP10, f.DecodeMsP90),
+		fmt.Fprintf(w, "%-14s %12s %11.1f %16s %24s %10.6f %11.3g\n", f.Format, formatSize(int64(f.BytesUsed)),
+			f.BytesPerTokenLayer, formatSize(f.FullModelAt128K), spreadText(f.DecodeMs, f.DecodeMsP10, f.DecodeMsP90),
 			f.CosVsF32, f.MaxAbsErr)
 	}
 	fmt.Fprintf(w, "\nKV in use is measured (Cache.Stats) for the %d layers run; \"full model @128K\" is gokv plan for all %d layers.\n",
@@ -512,8 +512,8 @@ func printDemo(w io.Writer, rep demoReport) {
 	fmt.Fprintf(w, "\n%s at %d tokens (attention sees the first %d and the last %d positions):\n", rep.SinkWindow, rep.Context,
 		demoSinkWindow.Sinks, demoSinkWindow.Window)
 	for _, f := range rep.Formats {
-		fmt.Fprintf(w, "  %-14s keeps %10s of %10s, saves %10s (%.1f%%)\n", f.Format, gokv.FormatSize(int64(f.SinkWindowBytes)),
-			gokv.FormatSize(int64(f.BytesUsed)), gokv.FormatSize(int64(f.SinkWindowSaved)),
+		fmt.Fprintf(w, "  %-14s keeps %10s of %10s, saves %10s (%.1f%%)\n", f.Format, formatSize(int64(f.SinkWindowBytes)),
+			formatSize(int64(f.BytesUsed)), formatSize(int64(f.SinkWindowSaved)),
 			100*float64(f.SinkWindowSaved)/float64(max(f.BytesUsed, 1)))
 	}
 	fmt.Fprintln(w)

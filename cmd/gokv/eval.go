@@ -347,7 +347,7 @@ func newEvalPlan(o *evalOpts, m *llama.Model, formats []gokv.Format, evictions [
 	k := o.sequences
 	if b := int64(k) * int64(n-1) * int64(c.VocabSize) * 4; b > evalMaxBaselineBytes {
 		return nil, fmt.Errorf("--sequences %d x --context %d keep %s of reference log-probabilities, more than %s: lower one of them",
-			k, n, gokv.FormatSize(b), gokv.FormatSize(evalMaxBaselineBytes))
+			k, n, formatSize(b), formatSize(evalMaxBaselineBytes))
 	}
 	if o.greedyTokens > 0 {
 		// The continuation's last token is chosen, never fed: BOS + the prompt bytes + all but one.
@@ -629,7 +629,7 @@ func printEval(w io.Writer, o *evalOpts, rows []evalRow) {
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-12s %-14s %-18s %9.4f %7.4f %9.2e %9.2e %8s %10s %9.3f %11.3f\n", r.Model, r.Format, r.Eviction,
 			r.BitsPerByte, r.Top1Agree, r.KLMean, r.KLP99, fmt.Sprintf("%d/%d", r.GreedyMatch, r.GreedyTokens),
-			gokv.FormatSize(int64(r.KVBytes)), r.MsPerToken, r.AttnMsPerToken)
+			formatSize(int64(r.KVBytes)), r.MsPerToken, r.AttnMsPerToken)
 	}
 	fmt.Fprintf(w, "\ntop1, KL (nats) and greedy are against the f32 full-cache run; greedy counts matching tokens up to the first mismatch.\n")
 	fmt.Fprintf(w, "KV bytes: Cache.Stats().BytesUsed with all %d sequences at the end. ms/token: decode steps per decoded token, whole model;\n", r0.Sequences)

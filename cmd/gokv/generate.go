@@ -152,7 +152,7 @@ func runGenerate(stdout, stderr io.Writer, o *generateOpts) error {
 	}
 	fmt.Fprintln(stdout)
 	fmt.Fprintf(stderr, "gokv generate: %d tokens, %.1f tokens/s decoding, KV cache %s in use (%s, %s, %s backend)\n",
-		rep.Tokens, rep.TokensPerSecond, gokv.FormatSize(int64(rep.KVBytes)), rep.Format, rep.Eviction, rep.Backend)
+		rep.Tokens, rep.TokensPerSecond, formatSize(int64(rep.KVBytes)), rep.Format, rep.Eviction, rep.Backend)
 	return nil
 }
 

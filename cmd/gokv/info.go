@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gokv/gokv/bridge"
 	"github.com/gokv/gokv/gokv"
 )
 
@@ -51,18 +50,25 @@ func newInfoCmd(g *globalOpts) *cobra.Command {
 	return cmd
 }
 
-var capNames = []struct {
-	cap  bridge.Caps
-	name string
-}{
-	{bridge.CapDecode, "decode"}, {bridge.CapPrefill, "prefill"}, {bridge.CapLearnedSinks, "learned-sinks"},
-	{bridge.CapWindow, "window"}, {bridge.CapMLA, "mla"}, {bridge.CapHoles, "holes"}, {bridge.CapBaseline, "baseline"},
+// capNames names the capabilities a device reports.
+func capNames(c gokv.DeviceCaps) []string {
+	var names []string
+	for _, x := range []struct {
+		has  bool
+		name string
+	}{{c.Decode, "decode"}, {c.Prefill, "prefill"}, {c.LearnedSinks, "learned-sinks"}, {c.Window, "window"},
+		{c.MLA, "mla"}, {c.Holes, "holes"}, {c.Baseline, "baseline"}} {
+		if x.has {
+			names = append(names, x.name)
+		}
+	}
+	return names
 }
 
 // runInfo opens the default device of every backend compiled in and describes it. A backend that fails
 // to open (no device, no driver) is listed with its error rather than failing the command.
 func runInfo(w io.Writer, o *infoOpts) error {
-	rep := infoReport{ABIVersion: bridge.ABIVersion(), Backends: bridge.Backends()}
+	rep := infoReport{ABIVersion: uint32(gokv.ABIVersion()), Backends: gokv.Backends()}
 	for _, b := range rep.Backends {
 		rep.Devices = append(rep.Devices, probeBackend(b, o.threads))
 	}
@@ -77,7 +83,7 @@ func runInfo(w io.Writer, o *infoOpts) error {
 			continue
 		}
 		fmt.Fprintf(w, "  device:        %s\n", d.Name)
-		fmt.Fprintf(w, "  memory:        %s\n", gokv.FormatSize(int64(d.MemoryBytes)))
+		fmt.Fprintf(w, "  memory:        %s\n", formatSize(int64(d.MemoryBytes)))
 		if d.SIMDWidth > 0 {
 			fmt.Fprintf(w, "  SIMD width:    %d floats\n", d.SIMDWidth)
 		} else {
@@ -95,31 +101,20 @@ func runInfo(w io.Writer, o *infoOpts) error {
 
 func probeBackend(backend string, threads int) deviceReport {
 	rep := deviceReport{Backend: backend}
-	dev, err := bridge.OpenDevice(backend, -1, threads)
+	eng, info, err := openEngine(backend, threads)
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
 	}
-	defer dev.Close()
-	info, err := dev.Info()
-	if err != nil {
-		rep.Error = err.Error()
-		return rep
-	}
+	defer eng.Close()
 	rep.Name, rep.MemoryBytes, rep.SubgroupSize = info.Name, info.MemoryBytes, info.SubgroupSize
 	if backend == "cpu" { // a CPU has no subgroups; the field carries its SIMD width
 		rep.SIMDWidth, rep.SubgroupSize = info.SubgroupSize, 0
 	}
 	rep.Features, rep.Threads = info.Features, info.Threads
-	for _, c := range capNames {
-		if info.Caps.Has(c.cap) {
-			rep.Caps = append(rep.Caps, c.name)
-		}
-	}
-	for _, f := range bridge.Formats {
-		if info.SupportsFormat(f) {
-			rep.Formats = append(rep.Formats, f.String())
-		}
+	rep.Caps = capNames(info.Caps)
+	for _, f := range info.Formats {
+		rep.Formats = append(rep.Formats, f.String())
 	}
 	return rep
 }

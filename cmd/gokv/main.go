@@ -22,8 +22,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
-
-	"github.com/gokv/gokv/bridge"
 )
 
 func main() {
@@ -76,8 +74,8 @@ full-precision recent tokens, default 128).`,
 // docs/architecture.md §3).
 var logger = zerolog.Nop()
 
-// setupLogging installs the console logger at the chosen level and forwards native log messages to it
-// with their backend and op.
+// setupLogging installs the console logger at the chosen level. Every engine the CLI opens logs to it
+// (gokv.WithLogger), the native code's messages included, with their backend and op.
 func setupLogging(g *globalOpts, stderr io.Writer) error {
 	level, err := zerolog.ParseLevel(g.logLevel)
 	if err != nil || level == zerolog.NoLevel {
@@ -85,25 +83,5 @@ func setupLogging(g *globalOpts, stderr io.Writer) error {
 	}
 	logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).
 		Level(level).With().Timestamp().Logger()
-	native := bridge.LogWarn
-	switch {
-	case level <= zerolog.DebugLevel:
-		native = bridge.LogDebug
-	case level == zerolog.InfoLevel:
-		native = bridge.LogInfo
-	case level >= zerolog.ErrorLevel:
-		native = bridge.LogError
-	}
-	return bridge.SetLogFunc(func(lvl int, backend, op, msg string) {
-		ev := logger.Warn()
-		switch lvl {
-		case bridge.LogDebug:
-			ev = logger.Debug()
-		case bridge.LogInfo:
-			ev = logger.Info()
-		case bridge.LogError:
-			ev = logger.Error()
-		}
-		ev.Str("backend", backend).Str("op", op).Msg(msg)
-	}, native)
+	return nil
 }

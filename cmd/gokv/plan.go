@@ -117,7 +117,7 @@ func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
 		if s.text == "" {
 			continue
 		}
-		if *s.dst, err = gokv.ParseSize(s.text); err != nil {
+		if *s.dst, err = parseSize(s.text); err != nil {
 			return planReport{}, gokv.PlanResult{}, fmt.Errorf("--%s: %w", s.flag, err)
 		}
 		// A size that rounds to 0 bytes would silently mean "not given" below. Only digits 1-9 make a
@@ -186,7 +186,7 @@ func planSize(n int64) string {
 	if n == gokv.SaturatedBytes {
 		return "more than 8 EiB"
 	}
-	return gokv.FormatSize(n)
+	return formatSize(n)
 }
 
 func runPlan(w io.Writer, o *planOpts) error {
@@ -211,20 +211,20 @@ func runPlan(w io.Writer, o *planOpts) error {
 		fmt.Fprintf(w, "  %-*s %6d %17.0f %12d %12s\n", width, k.Layer+" "+k.Format, k.Count, k.BytesPerToken, k.HeldTokens,
 			planSize(k.Bytes))
 	}
-	fmt.Fprintf(w, "\n  bytes per token (all layers): %.0f (%s)\n", rep.BytesPerToken, gokv.FormatSize(int64(rep.BytesPerToken+0.5)))
+	fmt.Fprintf(w, "\n  bytes per token (all layers): %.0f (%s)\n", rep.BytesPerToken, formatSize(int64(rep.BytesPerToken+0.5)))
 	if rep.MarginalBytesPerToken != rep.BytesPerToken {
 		fmt.Fprintf(w, "  marginal bytes per token once windows are full: %.0f\n", rep.MarginalBytesPerToken)
 	}
 	if rep.BytesSaturated {
 		fmt.Fprintf(w, "  KV cache at %d tokens%s: more than %d bytes (8 EiB)\n", rep.Context, seqs, rep.Bytes)
 	} else {
-		fmt.Fprintf(w, "  KV cache at %d tokens%s: %d bytes (%s)\n", rep.Context, seqs, rep.Bytes, gokv.FormatSize(rep.Bytes))
+		fmt.Fprintf(w, "  KV cache at %d tokens%s: %d bytes (%s)\n", rep.Context, seqs, rep.Bytes, formatSize(rep.Bytes))
 	}
 	if rep.Fits == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "\n  memory %s - weights %s - overhead %s = %s for the KV cache\n", gokv.FormatSize(rep.MemoryBytes),
-		gokv.FormatSize(rep.WeightsBytes), gokv.FormatSize(rep.OverheadBytes), gokv.FormatSize(rep.BudgetBytes))
+	fmt.Fprintf(w, "\n  memory %s - weights %s - overhead %s = %s for the KV cache\n", formatSize(rep.MemoryBytes),
+		formatSize(rep.WeightsBytes), formatSize(rep.OverheadBytes), formatSize(rep.BudgetBytes))
 	verdict := "does not fit"
 	if *rep.Fits {
 		verdict = "fits"

@@ -250,7 +250,7 @@ func printDemoReal(w io.Writer, rm *demoRealModel) {
 			f.Format += " (ref)"
 		}
 		fmt.Fprintf(w, "%-14s %9.4f %7.4f %8s %10s %24s %8.0f %24s %5.0f%%\n", f.Format, f.BitsPerByte, f.Top1Agree,
-			fmt.Sprintf("%d/%d", f.GreedyMatch, f.GreedyTokens), gokv.FormatSize(int64(f.KVBytes)),
+			fmt.Sprintf("%d/%d", f.GreedyMatch, f.GreedyTokens), formatSize(int64(f.KVBytes)),
 			spreadText(f.MsPerToken, f.MsPerTokenP10, f.MsPerTokenP90), f.TokensPerSecond,
 			spreadText(f.AttnMsPerToken, f.AttnMsPerTokenP10, f.AttnMsPerTokenP90), 100*f.AttnShare)
 	}
