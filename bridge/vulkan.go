@@ -18,7 +18,3 @@ func init() {
 	// OpenDevice names it as not compiled in. No panic at init.
 	_ = C.gokv_vulkan_register()
 }
-
-// VulkanValidationMessages counts the Vulkan validation messages (warnings and errors) received so far,
-// when devices were opened with GOKV_VULKAN_VALIDATION=1. Tests assert it stays at zero.
-func VulkanValidationMessages() uint64 { return uint64(C.gokv_vulkan_validation_messages()) }
