@@ -45,9 +45,15 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, backend string)) {
 	}
 }
 
-// openBackendPair opens an engine on backend, logging warnings and errors to the test, and a CPU engine;
-// the test fails if the backend's engine logs anything at warn level or above before both are closed.
+// openBackendPair opens an engine on backend (openWatched) and a CPU engine.
 func openBackendPair(t *testing.T, backend string) (dev, cpu *Engine) {
+	t.Helper()
+	return openWatched(t, backend), openTestEngine(t)
+}
+
+// openWatched opens an engine on backend, logging warnings and errors to the test, and closes it when
+// the test ends; the test fails if the engine logs anything at warn level or above before then.
+func openWatched(t *testing.T, backend string) *Engine {
 	t.Helper()
 	var log syncBuffer
 	t.Cleanup(func() {
@@ -55,13 +61,13 @@ func openBackendPair(t *testing.T, backend string) (dev, cpu *Engine) {
 			t.Errorf("backend %s logged warnings or errors during the test:\n%s", backend, s)
 		}
 	})
-	dev, err := Open(WithBackend(backend), WithThreads(2), WithLogger(zerolog.New(&log).Level(zerolog.WarnLevel)))
+	e, err := Open(WithBackend(backend), WithThreads(2), WithLogger(zerolog.New(&log).Level(zerolog.WarnLevel)))
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, dev.Close()) })
-	info, err := dev.Info()
+	t.Cleanup(func() { require.NoError(t, e.Close()) })
+	info, err := e.Info()
 	require.NoError(t, err)
 	require.Equal(t, backend, info.Backend)
-	return dev, openTestEngine(t)
+	return e
 }
 
 // pair runs the same flow on both engines.

@@ -8,10 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPagedPool: a pool with caller-owned page tables stores and attends as the float64 reference says,
-// the dequantize-then-attend baseline agrees with the fused path, and misuse is an *Error.
+// TestPagedPool: on every backend, a pool with caller-owned page tables stores and attends as the float64
+// reference says, the dequantize-then-attend baseline agrees with the fused path, and misuse is an *Error.
 func TestPagedPool(t *testing.T) {
-	e := openTestEngine(t)
+	forEachBackend(t, testPagedPool)
+}
+
+func testPagedPool(t *testing.T, backend string) {
+	e := openWatched(t, backend)
 	const hkv, hq, d, n, P = 2, 4, 32, 40, 32
 	// kivi2:32:32 keeps all 40 tokens in its fp16 ring (n_quant = 0): near exact.
 	for name, tolerance := range map[string]float64{"f32": 1e-3, "q8": 3e-2, "kivi2:32:32": 5e-3} {
@@ -87,9 +91,13 @@ func TestPagedPool(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
-// TestEngineMeasure: the CPU measures a positive read bandwidth.
+// TestEngineMeasure: every backend measures a positive read bandwidth.
 func TestEngineMeasure(t *testing.T) {
-	e := openTestEngine(t)
+	forEachBackend(t, testEngineMeasure)
+}
+
+func testEngineMeasure(t *testing.T, backend string) {
+	e := openWatched(t, backend)
 	c, err := e.Measure(4 << 20)
 	require.NoError(t, err)
 	assert.Positive(t, c.ReadGBps)
