@@ -57,6 +57,8 @@ type planKind struct {
 	Count               int     `json:"count"`  // layers of this kind
 	HeldTokens          int     `json:"held_tokens"`
 	BytesPerToken       float64 `json:"bytes_per_token"` // per layer
+	PageBytes           int64   `json:"page_bytes"`      // one page of one layer, as allocated
+	PageMetaBytes       int64   `json:"page_meta_bytes"` // of which fp16 scales and biases
 	LayerBytes          int64   `json:"layer_bytes"`     // one layer at the context, all sequences
 	LayerBytesSaturated bool    `json:"layer_bytes_saturated,omitempty"`
 	Bytes               int64   `json:"bytes"` // all layers of this kind
@@ -152,8 +154,8 @@ func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
 			i = len(rep.Kinds)
 			index[key] = i
 			rep.Kinds = append(rep.Kinds, planKind{Layer: lp.Layer.String(), Format: lp.Format.String(),
-				HeldTokens: lp.HeldTokens, BytesPerToken: lp.BytesPerToken,
-				LayerBytes: lp.KVBytes, LayerBytesSaturated: lp.KVBytes == gokv.SaturatedBytes})
+				HeldTokens: lp.HeldTokens, BytesPerToken: lp.BytesPerToken, PageBytes: lp.PageBytes,
+				PageMetaBytes: lp.PageMetaBytes, LayerBytes: lp.KVBytes, LayerBytesSaturated: lp.KVBytes == gokv.SaturatedBytes})
 		}
 		k := &rep.Kinds[i]
 		k.Count++

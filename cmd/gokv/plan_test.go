@@ -81,6 +81,10 @@ func TestPlanHybridAndConfigFile(t *testing.T) {
 	}
 	assert.Equal(t, rep.Bytes, sum)
 	assert.Equal(t, 48, rep.Kinds[0].Count+rep.Kinds[1].Count)
+	for _, k := range rep.Kinds {
+		assert.Positive(t, k.PageMetaBytes, "%s %s: a quantized page holds scales and biases", k.Layer, k.Format)
+		assert.Less(t, k.PageMetaBytes, k.PageBytes)
+	}
 }
 
 func TestPlanErrors(t *testing.T) {
