@@ -183,7 +183,7 @@ func planAddSaturating(a, b int64) int64 {
 	return a + b
 }
 
-// planSize renders a byte count of the report: FormatSize, or "more than 8 EiB" when saturated.
+// planSize renders a byte count of the report: formatSize, or "more than 8 EiB" when saturated.
 func planSize(n int64) string {
 	if n == gokv.SaturatedBytes {
 		return "more than 8 EiB"
