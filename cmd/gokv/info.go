@@ -33,6 +33,7 @@ type infoReport struct {
 	ABIVersion uint32         `json:"abi_version"`
 	Backends   []string       `json:"backends"`
 	Devices    []deviceReport `json:"devices"`
+	Error      string         `json:"error,omitempty"` // why no backend is compiled in (a build without cgo)
 }
 
 func newInfoCmd(g *globalOpts) *cobra.Command {
@@ -72,10 +73,22 @@ func runInfo(w io.Writer, o *infoOpts) error {
 	for _, b := range rep.Backends {
 		rep.Devices = append(rep.Devices, probeBackend(b, o.threads))
 	}
+	if len(rep.Backends) == 0 {
+		if _, err := gokv.Open(); err != nil {
+			rep.Error = err.Error()
+		}
+	}
 	if o.json {
 		return writeJSON(w, rep)
 	}
-	fmt.Fprintf(w, "gokv ABI %d, backends compiled in: %s\n", rep.ABIVersion, strings.Join(rep.Backends, ", "))
+	backends := strings.Join(rep.Backends, ", ")
+	if backends == "" {
+		backends = "none"
+	}
+	fmt.Fprintf(w, "gokv ABI %d, backends compiled in: %s\n", rep.ABIVersion, backends)
+	if rep.Error != "" {
+		fmt.Fprintf(w, "  %s\n", rep.Error)
+	}
 	for _, d := range rep.Devices {
 		fmt.Fprintf(w, "\n[%s]\n", d.Backend)
 		if d.Error != "" {
