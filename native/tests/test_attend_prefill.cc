@@ -1,6 +1,6 @@
 /*
- * test_vk_attend_prefill.cc: causal prefill and varlen batches on the Vulkan backend (docs/architecture.md
- * §5): T query rows over a cached prefix plus the T new tokens (written just before), every visibility rule,
+ * test_attend_prefill.cc: causal prefill and varlen batches on every backend (docs/architecture.md §5): T
+ * query rows over a cached prefix plus the T new tokens (written just before), every visibility rule,
  * against the float64 reference and the CPU backend; batches mixing decode and prefill rows of different
  * lengths; gokv_append_attend (one call = write then attend; a rejected step writes nothing).
  */
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "vk_harness.h"
+#include "harness.h"
 
 using namespace gokvtest;
 
@@ -20,23 +20,17 @@ struct PrefillCase {
     Attn attn; /* MHA (2q/2kv d64), GQA (8q/2kv d64) or MLA (4q over 96, V = first 64) */
     int32_t page_size = 0; /* 0: PoolCfg's (64) */
 };
-std::string prefill_name(const testing::TestParamInfo<PrefillCase> &i) {
-    return fmt_name(i.param.f) + "_" + kAttnNames[i.param.attn] +
-           (i.param.page_size ? "_p" + std::to_string(i.param.page_size) : "");
+std::string case_name(const PrefillCase &c) {
+    return fmt_name(c.f) + "_" + kAttnNames[c.attn] + (c.page_size ? "_p" + std::to_string(c.page_size) : "");
 }
 
-void PrintTo(const PrefillCase &c, std::ostream *os) {
-    *os << fmt_name(c.f) << " " << kAttnNames[c.attn];
-    if (c.page_size) *os << " page " << c.page_size;
-}
-
-class VkPrefill : public VkParamTest<PrefillCase> {};
+class Prefill : public BackendParamTest<PrefillCase> {};
 
 /* For each shape (cached prefix, T new tokens) and visibility rule (plain, learned sinks, sink tokens +
  * window, holes + a released page, window narrower than the sinks): the prefix is written first, the T new
  * tokens in a second write (as an engine does), then the T rows attend causally. */
-TEST_P(VkPrefill, MatchesReferenceAndCpu) {
-    const PrefillCase p = GetParam();
+TEST_P(Prefill, MatchesReferenceAndCpu) {
+    const PrefillCase p = param();
     PoolCfg c = format_cfg(p.f.format, p.f.group, p.f.residual);
     AttnOpts base;
     if (p.attn == MHA) { c.n_kv_heads = 2; base.n_heads_q = 2; c.d_k = c.d_v = 64; }
@@ -60,7 +54,7 @@ TEST_P(VkPrefill, MatchesReferenceAndCpu) {
         for (int32_t vis = 0; vis < 5; vis++) {
             static const char *const names[] = {" plain", " learned sinks", " sinks+window", " holes", " window<sinks"};
             AttnOpts o = base;
-            AttnSeq s = attn_seq(pair.vk, 0, sh.T);
+            AttnSeq s = attn_seq(pair.dut, 0, sh.T);
             if (vis == 1) o.sinks = gen_normal(rng, (size_t)o.n_heads_q, 2.0f);
             if (vis == 2) {
                 o.n_sink_tokens = 4;
@@ -87,7 +81,8 @@ TEST_P(VkPrefill, MatchesReferenceAndCpu) {
 std::vector<PrefillCase> prefill_cases() {
     const Fmt formats[] = {{GOKV_FORMAT_F32, 0, 0},     {GOKV_FORMAT_F16, 0, 0},      {GOKV_FORMAT_Q8, 32, 0},
                            {GOKV_FORMAT_Q4, 32, 0},     {GOKV_FORMAT_Q4, 64, 0},      {GOKV_FORMAT_KIVI2, 32, 0},
-                           {GOKV_FORMAT_KIVI2, 32, 128}, {GOKV_FORMAT_KIVI4, 32, 0},  {GOKV_FORMAT_KIVI4, 32, 128}};
+                           {GOKV_FORMAT_KIVI2, 32, 128}, {GOKV_FORMAT_KIVI4, 32, 0},  {GOKV_FORMAT_KIVI4, 32, 32},
+                           {GOKV_FORMAT_KIVI4, 32, 128}};
     std::vector<PrefillCase> v;
     for (const Fmt &f : formats)
         for (Attn a : {MHA, GQA, MLA}) {
@@ -101,22 +96,21 @@ std::vector<PrefillCase> prefill_cases() {
     v.push_back({{GOKV_FORMAT_Q4, 32, 0}, MLA, 24});
     return v;
 }
-INSTANTIATE_TEST_SUITE_P(Table, VkPrefill, testing::ValuesIn(prefill_cases()), prefill_name);
+GOKV_INSTANTIATE_CASES(Table, Prefill, prefill_cases());
 
-class VkBatch : public VkParamTest<Fmt> {};
-std::string batch_name(const testing::TestParamInfo<Fmt> &i) { return fmt_name(i.param); }
+class Batch : public BackendParamTest<Fmt> {};
 
 /* One call over varlen sequences mixing decode and prefill rows (lengths 300, 45, 1, 130, 8), with a
  * released page, holes in one sequence, window + sink tokens + learned sinks; then each sequence alone
  * gives the same rows (1e-6: batch composition must not change a sequence's arithmetic). */
-TEST_P(VkBatch, MixedDecodeAndPrefill) {
-    PoolCfg c = format_cfg(GetParam().format, GetParam().group, GetParam().residual);
+TEST_P(Batch, MixedDecodeAndPrefill) {
+    PoolCfg c = format_cfg(param().format, param().group, param().residual);
     c.n_kv_heads = 2;
     Pair pair;
     ASSERT_TRUE(build_pair(c, {300, 45, 1, 130, 8}, 1001u, pair));
     const std::vector<int32_t> rows = {1, 20, 1, 130, 8};
     std::vector<AttnSeq> seqs;
-    for (size_t i = 0; i < rows.size(); i++) seqs.push_back(attn_seq(pair.vk, i, rows[i]));
+    for (size_t i = 0; i < rows.size(); i++) seqs.push_back(attn_seq(pair.dut, i, rows[i]));
     seqs[0].pages[2] = -1;
     seqs[3].mask.assign((size_t)((seqs[3].kv_len + 31) / 32), 0xfff0fff7u);
     const std::vector<size_t> src = {0, 1, 2, 3, 4};
@@ -135,12 +129,12 @@ TEST_P(VkBatch, MixedDecodeAndPrefill) {
         cross_attend(pair, seqs, src, q, o, tol_for(c.format), what, &all);
         size_t row = 0;
         const size_t qrow = 6 * (size_t)c.d_k, orow = 6 * (size_t)c.d_v;
-        for (size_t i = 0; i < seqs.size() && all.vk.size() == (size_t)total_rows(seqs) * orow; i++) {
+        for (size_t i = 0; i < seqs.size() && all.dut.size() == (size_t)total_rows(seqs) * orow; i++) {
             const std::vector<float> qi(q.begin() + (long)(row * qrow), q.begin() + (long)((row + (size_t)rows[i]) * qrow));
             std::vector<float> one;
-            check_attend(vk_device(), pair.vk, {seqs[i]}, qi, o, tol_for(c.format), what + " alone", &one);
-            const std::vector<float> part(all.vk.begin() + (long)(row * orow),
-                                          all.vk.begin() + (long)((row + (size_t)rows[i]) * orow));
+            check_attend(dut(), pair.dut, {seqs[i]}, qi, o, tol_for(c.format), what + " alone", &one);
+            const std::vector<float> part(all.dut.begin() + (long)(row * orow),
+                                          all.dut.begin() + (long)((row + (size_t)rows[i]) * orow));
             EXPECT_LE(rel_err(part, one), 1e-6) << what << " sequence " << i << ": in the batch vs alone";
             row += (size_t)rows[i];
         }
@@ -149,11 +143,11 @@ TEST_P(VkBatch, MixedDecodeAndPrefill) {
 
 /* Query rows that start before the end (q_pos < kv_len - T: speculative verification over tokens already
  * cached) see only positions <= their own. */
-TEST_P(VkBatch, RowsBeforeTheEndAreCausal) {
-    PoolCfg c = format_cfg(GetParam().format, GetParam().group, GetParam().residual);
+TEST_P(Batch, RowsBeforeTheEndAreCausal) {
+    PoolCfg c = format_cfg(param().format, param().group, param().residual);
     Pair pair;
     ASSERT_TRUE(build_pair(c, {200}, 2002u, pair));
-    AttnSeq s = attn_seq(pair.vk, 0, 10);
+    AttnSeq s = attn_seq(pair.dut, 0, 10);
     s.q_pos = 100; /* rows at 100..109 of a 200-token sequence */
     AttnOpts o;
     o.n_heads_q = 1;
@@ -162,10 +156,10 @@ TEST_P(VkBatch, RowsBeforeTheEndAreCausal) {
     cross_attend(pair, {s}, {0}, q, o, tol_for(c.format), c.name() + " rows before the end");
 }
 
-/* gokv_append_attend on Vulkan: one call equals a write then an attend (outputs and stored data), and a
+/* gokv_append_attend: one call equals a write then an attend (outputs and stored data), and a
  * step rejected for a bad attend argument (NaN sink logit) writes nothing. */
-TEST_P(VkBatch, AppendAttendEqualsWriteThenAttend) {
-    PoolCfg c = format_cfg(GetParam().format, GetParam().group, GetParam().residual);
+TEST_P(Batch, AppendAttendEqualsWriteThenAttend) {
+    PoolCfg c = format_cfg(param().format, param().group, param().residual);
     c.n_kv_heads = 2;
     Pair a, b;
     ASSERT_TRUE(build_pair(c, {120, 40}, 3003u, a, 40));
@@ -177,14 +171,14 @@ TEST_P(VkBatch, AppendAttendEqualsWriteThenAttend) {
         ks.push_back(gen_keys(rng, n, 2, c.d_k));
         vs.push_back(gen_values(rng, n, 2, c.d_v));
     }
-    /* b.vk: the fused call, built by hand */
+    /* b.dut: the fused call, built by hand */
     WriteArrays wa;
-    for (size_t i = 0; i < 2; i++) wa.add(c, b.vk.seqs[i], ks[i], vs[i]);
+    for (size_t i = 0; i < 2; i++) wa.add(c, b.dut.seqs[i], ks[i], vs[i]);
     gokv_write_desc w = wa.desc(c);
     /* a: write, then attend, on both backends */
     ASSERT_TRUE(append_pair(a, {0, 1}, ks, vs));
     expect_read_parity(a, c.name() + " after the step's write");
-    const std::vector<AttnSeq> seqs = {attn_seq(a.vk, 0, 1), attn_seq(a.vk, 1, 33)};
+    const std::vector<AttnSeq> seqs = {attn_seq(a.dut, 0, 1), attn_seq(a.dut, 1, 33)};
     AttnOpts o;
     o.n_heads_q = 4;
     o.sinks = {0.5f, -0.5f, 1.0f, 0.0f};
@@ -197,12 +191,12 @@ TEST_P(VkBatch, AppendAttendEqualsWriteThenAttend) {
         kvl.push_back(s.kv_len);
         qpos.push_back(s.q_pos);
     }
-    std::vector<float> out_b(out_a.vk.size(), std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> out_b(out_a.dut.size(), std::numeric_limits<float>::quiet_NaN());
     std::vector<float> bad_sinks = {0.0f, std::numeric_limits<float>::quiet_NaN(), 0.0f, 0.0f};
     gokv_attend_desc at;
     std::memset(&at, 0, sizeof at);
     at.struct_size = sizeof at;
-    at.pool = b.vk.pool.get();
+    at.pool = b.dut.pool.get();
     at.n_seqs = 2;
     at.q_indptr = qind.data();
     at.page_indptr = wa.pind.data();
@@ -215,32 +209,32 @@ TEST_P(VkBatch, AppendAttendEqualsWriteThenAttend) {
     at.out = out_b.data();
     at.scale = eff_scale(c, o);
     at.sink_logits = bad_sinks.data();
-    EXPECT_EQ(gokv_append_attend(vk_device(), &w, &at), GOKV_EINVAL) << c.name();
+    EXPECT_EQ(gokv_append_attend(dut(), &w, &at), GOKV_EINVAL) << c.name();
     EXPECT_NE(std::string(gokv_last_error()).find("sink_logits"), std::string::npos) << gokv_last_error();
     std::vector<float> k1, v1;
-    ASSERT_EQ(read_seq(b.vk.pool.get(), c, b.vk.seqs[1], k1, v1), GOKV_OK) << gokv_last_error();
-    EXPECT_EQ(k1, b.vk.kdq[1]) << c.name() << ": a rejected append_attend changed the cache";
+    ASSERT_EQ(read_seq(b.dut.pool.get(), c, b.dut.seqs[1], k1, v1), GOKV_OK) << gokv_last_error();
+    EXPECT_EQ(k1, b.dut.kdq[1]) << c.name() << ": a rejected append_attend changed the cache";
 
     at.sink_logits = o.sinks.data();
-    ASSERT_EQ(gokv_append_attend(vk_device(), &w, &at), GOKV_OK) << c.name() << ": " << gokv_last_error();
+    ASSERT_EQ(gokv_append_attend(dut(), &w, &at), GOKV_OK) << c.name() << ": " << gokv_last_error();
     EXPECT_TRUE(all_finite(out_b)) << c.name() << ": output elements left unwritten";
-    EXPECT_LE(rel_err(out_b, out_a.vk), 1e-6) << c.name() << ": fused append_attend vs write then attend";
+    EXPECT_LE(rel_err(out_b, out_a.dut), 1e-6) << c.name() << ": fused append_attend vs write then attend";
     for (size_t i = 0; i < 2; i++) {
-        b.vk.seqs[i].len += n_new[i];
+        b.dut.seqs[i].len += n_new[i];
         std::vector<float> kb, vb;
-        ASSERT_EQ(read_seq(b.vk.pool.get(), c, b.vk.seqs[i], kb, vb), GOKV_OK) << gokv_last_error();
-        EXPECT_EQ(kb, a.vk.kdq[i]) << c.name() << " sequence " << i << ": K stored by append_attend";
-        EXPECT_EQ(vb, a.vk.vdq[i]) << c.name() << " sequence " << i << ": V stored by append_attend";
+        ASSERT_EQ(read_seq(b.dut.pool.get(), c, b.dut.seqs[i], kb, vb), GOKV_OK) << gokv_last_error();
+        EXPECT_EQ(kb, a.dut.kdq[i]) << c.name() << " sequence " << i << ": K stored by append_attend";
+        EXPECT_EQ(vb, a.dut.vdq[i]) << c.name() << " sequence " << i << ": V stored by append_attend";
     }
     /* a NULL write is a plain attend */
     std::fill(out_b.begin(), out_b.end(), std::numeric_limits<float>::quiet_NaN());
-    ASSERT_EQ(gokv_append_attend(vk_device(), nullptr, &at), GOKV_OK) << gokv_last_error();
-    EXPECT_LE(rel_err(out_b, out_a.vk), 1e-6) << c.name() << ": append_attend without a write";
+    ASSERT_EQ(gokv_append_attend(dut(), nullptr, &at), GOKV_OK) << gokv_last_error();
+    EXPECT_LE(rel_err(out_b, out_a.dut), 1e-6) << c.name() << ": append_attend without a write";
 }
 
 const Fmt kBatchFormats[] = {{GOKV_FORMAT_F32, 0, 0},      {GOKV_FORMAT_F16, 0, 0},     {GOKV_FORMAT_Q8, 32, 0},
                              {GOKV_FORMAT_Q4, 32, 0},      {GOKV_FORMAT_Q4, 64, 0},     {GOKV_FORMAT_KIVI2, 32, 0},
                              {GOKV_FORMAT_KIVI2, 32, 64},  {GOKV_FORMAT_KIVI4, 32, 128}};
-INSTANTIATE_TEST_SUITE_P(Formats, VkBatch, testing::ValuesIn(kBatchFormats), batch_name);
+GOKV_INSTANTIATE_CASES(Formats, Batch, kBatchFormats);
 
 } // namespace

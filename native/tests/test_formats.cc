@@ -1,13 +1,14 @@
 /*
- * test_formats.cc: the stored formats (docs/architecture.md §4, gokv_layout.h): the quantization rule checked on
- * raw page bytes, KIVI's and the 4-bit known values, constant groups, released pages, pool sizes.
+ * test_formats.cc: the stored formats on every backend (docs/architecture.md §4, gokv_layout.h): KIVI's and
+ * the 4-bit known values on the raw page bytes (gokv_pool_page_bytes), constant groups, released pages,
+ * reads from a start position, pool sizes and sections. (The rule on every stored byte: test_store.cc.)
  */
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "format_check.h"
-#include "reference.h"
+#include "harness.h"
 
 using namespace gokvtest;
 
@@ -17,31 +18,10 @@ struct StoreCase {
     int32_t format, group, residual, page_size, d_k, d_v, mla;
 };
 
-std::string store_case_name(const testing::TestParamInfo<StoreCase> &info) {
-    PoolCfg c = format_cfg(info.param.format, info.param.group, info.param.residual);
-    return c.name() + "_p" + std::to_string(info.param.page_size) + "_d" + std::to_string(info.param.d_k) + "x" +
-           std::to_string(info.param.d_v) + (info.param.mla ? "_mla" : "");
-}
-
-class StoredFormat : public testing::TestWithParam<StoreCase> {};
-
-/* Every stored byte of a few sequences (random data with outlier channels, plus one constant-ish
- * sequence) follows the quantization rule, and reads back as q*s+b (ring rows as fp16 inputs). */
-TEST_P(StoredFormat, FollowsTheQuantizationRule) {
-    const StoreCase p = GetParam();
+std::string case_name(const StoreCase &p) {
     PoolCfg c = format_cfg(p.format, p.group, p.residual);
-    c.n_kv_heads = 2;
-    c.d_k = p.d_k;
-    c.d_v = p.d_v;
-    c.v_is_k_prefix = p.mla;
-    if (p.mla) c.n_kv_heads = 1;
-    c.page_size = p.page_size;
-    Cache cache;
-    ASSERT_TRUE(build_cache(shared_device(), c, {300, 1, 37, 130}, 1234u, cache));
-    FailBudget fb;
-    for (size_t i = 0; i < cache.seqs.size(); i++)
-        check_stored_sequence(fb, cache.pool.get(), cache.cfg, cache.seqs[i], cache.kdq[i], cache.vdq[i]);
-    EXPECT_EQ(fb.total, 0) << "violations of the stored-format rule";
+    return c.name() + "_p" + std::to_string(p.page_size) + "_d" + std::to_string(p.d_k) + "x" + std::to_string(p.d_v) +
+           (p.mla ? "_mla" : "");
 }
 
 const StoreCase kStoreCases[] = {
@@ -55,7 +35,6 @@ const StoreCase kStoreCases[] = {
     {GOKV_FORMAT_KIVI4, 128, 128, 128, 128, 128, 0}, {GOKV_FORMAT_KIVI2, 32, 32, 64, 96, 64, 1},
     {GOKV_FORMAT_Q4, 32, 0, 24, 128, 64, 0},    {GOKV_FORMAT_Q4, 32, 0, 40, 96, 96, 0}, /* q4 keys' last tile padded */
 };
-INSTANTIATE_TEST_SUITE_P(Formats, StoredFormat, testing::ValuesIn(kStoreCases), store_case_name);
 
 /* Writes n tokens of one kv head into a fresh pool; k and v rows given. */
 struct OneSeq {
@@ -67,7 +46,7 @@ struct OneSeq {
 void write_one(const PoolCfg &c, const std::vector<float> &k, const std::vector<float> &v, OneSeq &o) {
     o.cfg = c;
     if (o.cfg.kivi()) o.cfg.n_slots = 2;
-    o.pool = make_pool(shared_device(), o.cfg);
+    o.pool = make_pool(dut(), o.cfg);
     ASSERT_TRUE(o.pool);
     Allocator alloc(o.cfg, 7);
     const int32_t n = (int32_t)(k.size() / ((size_t)c.n_kv_heads * (size_t)c.d_k));
@@ -77,9 +56,11 @@ void write_one(const PoolCfg &c, const std::vector<float> &k, const std::vector<
     ASSERT_EQ(read_seq(o.pool.get(), o.cfg, o.seq, o.kdq, o.vdq), GOKV_OK) << gokv_last_error();
 }
 
+class KnownValues : public BackendTest {};
+
 /* KIVI's known value: key channel 5 holds 1,2,3,4,1,2,3,4,... over a 32-token group -> s = 1, b = 1,
  * codes 0,1,2,3, every byte 0 | 1<<2 | 2<<4 | 3<<6 = 228, exact round trip. */
-TEST(KnownValues, Kivi2Channel1234Packs228) {
+TEST_P(KnownValues, Kivi2Channel1234Packs228) {
     PoolCfg c = format_cfg(GOKV_FORMAT_KIVI2, 32, 0);
     c.d_k = 64;
     c.d_v = 64;
@@ -93,8 +74,9 @@ TEST(KnownValues, Kivi2Channel1234Packs228) {
     const gokv_layout *L = gokv_pool_layout(o.pool.get());
     ASSERT_NE(L, nullptr);
     EXPECT_EQ(L->k_row_bytes, (uint64_t)c.d_k * 32 * 2 / 8);
-    const uint8_t *page = gokv_cpu_page_bytes(o.pool.get(), o.seq.pages[0]);
-    ASSERT_NE(page, nullptr);
+    const std::vector<uint8_t> page_v = page_bytes(o.pool.get(), o.seq.pages[0]);
+    ASSERT_FALSE(page_v.empty());
+    const uint8_t *page = page_v.data();
     const uint8_t *codes = page + L->k_codes + (uint64_t)ch * 8; /* head 0, token group 0, channel ch */
     for (int i = 0; i < 8; i++) EXPECT_EQ(codes[i], 228) << "byte " << i << " of channel " << ch;
     uint16_t s, b;
@@ -108,7 +90,7 @@ TEST(KnownValues, Kivi2Channel1234Packs228) {
 
 /* 4-bit known values: 0..15 -> s = 1, b = 0, byte = q0 | q1<<4. Per token along head_dim (q4, and KIVI
  * values), and per channel along tokens (kivi4 keys). */
-TEST(KnownValues, Q4PerTokenNibbles) {
+TEST_P(KnownValues, Q4PerTokenNibbles) {
     PoolCfg c = format_cfg(GOKV_FORMAT_Q4, 32, 0);
     c.d_k = 64;
     c.d_v = 64;
@@ -118,8 +100,9 @@ TEST(KnownValues, Q4PerTokenNibbles) {
     OneSeq o;
     ASSERT_NO_FATAL_FAILURE(write_one(c, k, v, o));
     const gokv_layout *L = gokv_pool_layout(o.pool.get());
-    const uint8_t *page = gokv_cpu_page_bytes(o.pool.get(), o.seq.pages[0]);
-    ASSERT_NE(page, nullptr);
+    const std::vector<uint8_t> page_v = page_bytes(o.pool.get(), o.seq.pages[0]);
+    ASSERT_FALSE(page_v.empty());
+    const uint8_t *page = page_v.data();
     EXPECT_EQ(L->k_row_bytes, 32u);
     EXPECT_EQ(L->k_tiled, 1); /* q4 keys: dword j of slot 0's row is column j's lane 0, 64 bytes apart */
     for (int i = 0; i < 32; i++) {
@@ -138,7 +121,7 @@ TEST(KnownValues, Q4PerTokenNibbles) {
     EXPECT_EQ(o.vdq, v);
 }
 
-TEST(KnownValues, Kivi4ChannelNibbles) {
+TEST_P(KnownValues, Kivi4ChannelNibbles) {
     PoolCfg c = format_cfg(GOKV_FORMAT_KIVI4, 32, 0);
     c.d_k = 32;
     c.d_v = 32;
@@ -151,8 +134,9 @@ TEST(KnownValues, Kivi4ChannelNibbles) {
     OneSeq o;
     ASSERT_NO_FATAL_FAILURE(write_one(c, k, v, o));
     const gokv_layout *L = gokv_pool_layout(o.pool.get());
-    const uint8_t *page = gokv_cpu_page_bytes(o.pool.get(), o.seq.pages[0]);
-    ASSERT_NE(page, nullptr);
+    const std::vector<uint8_t> page_v = page_bytes(o.pool.get(), o.seq.pages[0]);
+    ASSERT_FALSE(page_v.empty());
+    const uint8_t *page = page_v.data();
     const uint8_t *codes = page + L->k_codes + (uint64_t)ch * 16;
     for (int i = 0; i < 16; i++)
         EXPECT_EQ(codes[i], (uint8_t)((2 * i) % 16 | ((2 * i + 1) % 16) << 4)) << "K channel byte " << i;
@@ -167,7 +151,7 @@ TEST(KnownValues, Kivi4ChannelNibbles) {
 }
 
 /* q8: 0..31 with one 255 per group -> s = 1, b = 0, exact. */
-TEST(KnownValues, Q8Exact) {
+TEST_P(KnownValues, Q8Exact) {
     PoolCfg c = format_cfg(GOKV_FORMAT_Q8, 32, 0);
     c.d_k = 64;
     c.d_v = 64;
@@ -177,8 +161,9 @@ TEST(KnownValues, Q8Exact) {
     OneSeq o;
     ASSERT_NO_FATAL_FAILURE(write_one(c, k, v, o));
     const gokv_layout *L = gokv_pool_layout(o.pool.get());
-    const uint8_t *page = gokv_cpu_page_bytes(o.pool.get(), o.seq.pages[0]);
-    ASSERT_NE(page, nullptr);
+    const std::vector<uint8_t> page_v = page_bytes(o.pool.get(), o.seq.pages[0]);
+    ASSERT_FALSE(page_v.empty());
+    const uint8_t *page = page_v.data();
     for (int32_t j = 0; j < 64; j++) {
         EXPECT_EQ(page[L->k_codes + (uint64_t)j], (uint8_t)k[(size_t)j]) << j;
         EXPECT_EQ(page[L->v_codes + (uint64_t)j], (uint8_t)(v[(size_t)j] + 255.0f)) << j;
@@ -187,10 +172,12 @@ TEST(KnownValues, Q8Exact) {
     EXPECT_EQ(o.vdq, v);
 }
 
+GOKV_INSTANTIATE_ON_BACKENDS(KnownValues);
+
 /* Constant groups (fp16-representable constants): s = 0 stored, no NaN, exact reconstruction. */
-class ConstantGroups : public testing::TestWithParam<StoreCase> {};
+class ConstantGroups : public BackendParamTest<StoreCase> {};
 TEST_P(ConstantGroups, ReconstructExactly) {
-    const StoreCase p = GetParam();
+    const StoreCase p = param();
     PoolCfg c = format_cfg(p.format, gokv_format_quantized(p.format) ? p.group : 0, p.residual);
     c.d_k = p.d_k;
     c.d_v = p.d_v;
@@ -231,7 +218,7 @@ TEST_P(ConstantGroups, ReconstructExactly) {
     std::mt19937 rng(3);
     std::vector<float> q = gen_normal(rng, 2 * (size_t)c.d_k);
     std::vector<float> out;
-    check_attend(shared_device(), cache, {attn_seq(cache, 0)}, q, opts, 1e-5, "constant values", &out);
+    check_attend(dut(), cache, {attn_seq(cache, 0)}, q, opts, 1e-5, "constant values", &out);
     for (float x : out) ASSERT_NEAR(x, 0.375f, 1e-6f);
 }
 const StoreCase kConstCases[] = {
@@ -240,17 +227,19 @@ const StoreCase kConstCases[] = {
     {GOKV_FORMAT_KIVI2, 32, 0, 64, 64, 64, 0},   {GOKV_FORMAT_KIVI4, 32, 32, 64, 64, 64, 0},
     {GOKV_FORMAT_KIVI2, 64, 64, 128, 128, 128, 0},
 };
-INSTANTIATE_TEST_SUITE_P(Formats, ConstantGroups, testing::ValuesIn(kConstCases), store_case_name);
+GOKV_INSTANTIATE_CASES(Formats, ConstantGroups, kConstCases);
+
+class Read : public BackendTest {};
 
 /* Released pages (-1 in the table) read as zeros; the other pages read as before. */
-TEST(Read, ReleasedPagesReadAsZeros) {
+TEST_P(Read, ReleasedPagesReadAsZeros) {
     /* the last case releases a page whose tokens (64..127) sit in the KIVI ring (n = 200, R = 128) */
     for (int32_t fmt : {(int32_t)GOKV_FORMAT_F32, (int32_t)GOKV_FORMAT_Q4, (int32_t)GOKV_FORMAT_KIVI2, (int32_t)GOKV_FORMAT_KIVI4 + 100}) {
         const int32_t residual = fmt >= 100 ? 128 : 0;
         fmt %= 100;
         PoolCfg c = format_cfg(fmt, fmt == GOKV_FORMAT_F32 ? 0 : 32, residual);
         Cache cache;
-        ASSERT_TRUE(build_cache(shared_device(), c, {200}, 77u, cache));
+        ASSERT_TRUE(build_cache(dut(), c, {200}, 77u, cache));
         const Seq &s = cache.seqs[0];
         std::vector<int32_t> table = s.table(s.len, c.page_size);
         table[1] = -1;
@@ -286,10 +275,10 @@ TEST(Read, ReleasedPagesReadAsZeros) {
 }
 
 /* Reading from a start position returns the same rows as a full read. */
-TEST(Read, StartPositionReadsTheTail) {
+TEST_P(Read, StartPositionReadsTheTail) {
     PoolCfg c = format_cfg(GOKV_FORMAT_KIVI4, 32, 64);
     Cache cache;
-    ASSERT_TRUE(build_cache(shared_device(), c, {250}, 78u, cache));
+    ASSERT_TRUE(build_cache(dut(), c, {250}, 78u, cache));
     for (int32_t start : {0, 1, 63, 64, 130, 249}) {
         std::vector<float> k, v;
         ASSERT_EQ(read_seq(cache.pool.get(), cache.cfg, cache.seqs[0], k, v, start), GOKV_OK) << gokv_last_error();
@@ -299,8 +288,12 @@ TEST(Read, StartPositionReadsTheTail) {
     }
 }
 
+GOKV_INSTANTIATE_ON_BACKENDS(Read);
+
+class Layout : public BackendTest {};
+
 /* Sizes: gokv_pool_sizes agrees with the layout; sections are 64-byte aligned and hold what they must. */
-TEST(Layout, SizesAndSections) {
+TEST_P(Layout, SizesAndSections) {
     for (const StoreCase &p : kStoreCases) {
         PoolCfg c = format_cfg(p.format, p.group, p.residual);
         c.n_kv_heads = p.mla ? 1 : 3;
@@ -310,7 +303,7 @@ TEST(Layout, SizesAndSections) {
         c.page_size = p.page_size;
         c.n_pages = 3;
         c.n_slots = c.kivi() ? 2 : 0;
-        PoolPtr pool = make_pool(shared_device(), c);
+        PoolPtr pool = make_pool(dut(), c);
         ASSERT_TRUE(pool);
         const gokv_layout *L = gokv_pool_layout(pool.get());
         ASSERT_NE(L, nullptr);
@@ -339,16 +332,18 @@ TEST(Layout, SizesAndSections) {
         if (c.kivi()) {
             EXPECT_EQ(L->ring_rows, c.residual + c.group);
             EXPECT_GE(L->ring_bytes, (uint64_t)L->ring_rows * H * (uint64_t)(c.d_k + (c.v_is_k_prefix ? 0 : c.d_v)) * 2);
-            EXPECT_NE(gokv_cpu_ring_bytes(pool.get(), 1), nullptr);
-            EXPECT_EQ(gokv_cpu_ring_bytes(pool.get(), 2), nullptr);
+            std::vector<uint8_t> ring(L->ring_bytes);
+            EXPECT_EQ(gokv_pool_slot_bytes(pool.get(), 1, ring.data(), ring.size()), GOKV_OK) << gokv_last_error();
+            EXPECT_EQ(gokv_pool_slot_bytes(pool.get(), 2, ring.data(), ring.size()), GOKV_ERANGE) << c.name();
         }
-        EXPECT_NE(gokv_cpu_page_bytes(pool.get(), 2), nullptr);
-        EXPECT_EQ(gokv_cpu_page_bytes(pool.get(), 3), nullptr);
-        EXPECT_EQ(gokv_cpu_page_bytes(pool.get(), -1), nullptr);
+        std::vector<uint8_t> pb(L->page_bytes);
+        EXPECT_EQ(gokv_pool_page_bytes(pool.get(), 2, pb.data(), pb.size()), GOKV_OK) << gokv_last_error();
+        EXPECT_EQ(gokv_pool_page_bytes(pool.get(), 3, pb.data(), pb.size()), GOKV_ERANGE) << c.name();
+        EXPECT_EQ(gokv_pool_page_bytes(pool.get(), -1, pb.data(), pb.size()), GOKV_ERANGE) << c.name();
     }
 }
 
-TEST(Layout, FormatNames) {
+TEST_P(Layout, FormatNames) {
     EXPECT_STREQ(gokv_format_name(GOKV_FORMAT_F32), "f32");
     EXPECT_STREQ(gokv_format_name(GOKV_FORMAT_F16), "f16");
     EXPECT_STREQ(gokv_format_name(GOKV_FORMAT_Q8), "q8");
@@ -358,5 +353,7 @@ TEST(Layout, FormatNames) {
     EXPECT_EQ(gokv_format_name(GOKV_FORMAT_COUNT_), nullptr);
     EXPECT_EQ(gokv_format_name(-1), nullptr);
 }
+
+GOKV_INSTANTIATE_ON_BACKENDS(Layout);
 
 } // namespace

@@ -1,19 +1,22 @@
 /*
- * test_residual_copy.cc: KIVI's residual ring (docs/architecture.md §4: the newest R tokens in fp16, older ones
- * quantized g at a time; gokv.h: n_quant = max(0, floor((n - R) / g) * g)), and gokv_pool_copy.
+ * test_residual.cc: KIVI's residual ring on every backend (docs/architecture.md §4: the newest R tokens in
+ * fp16, older ones quantized g at a time; gokv.h: n_quant = max(0, floor((n - R) / g) * g)): token by token
+ * and in random chunks, against one write and the stored-format rule. (Copies: test_store.cc.)
  */
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "format_check.h"
-#include "reference.h"
+#include "harness.h"
 
 using namespace gokvtest;
 
 namespace {
 
-TEST(KiviResidual, QuantizedLenFormula) {
+class KiviResidual : public BackendTest {};
+
+TEST_P(KiviResidual, QuantizedLenFormula) {
     for (int32_t g : {32, 64, 128})
         for (int32_t R : {0, 32, 64, 128, 256})
             for (int32_t n = 0; n <= 700; n++) {
@@ -22,19 +25,19 @@ TEST(KiviResidual, QuantizedLenFormula) {
             }
 }
 
+GOKV_INSTANTIATE_ON_BACKENDS(KiviResidual);
+
 struct ResidualCase {
     int32_t format, group, residual;
 };
-std::string residual_name(const testing::TestParamInfo<ResidualCase> &i) {
-    return format_cfg(i.param.format, i.param.group, i.param.residual).name();
-}
-class KiviRing : public testing::TestWithParam<ResidualCase> {};
+std::string case_name(const ResidualCase &p) { return format_cfg(p.format, p.group, p.residual).name(); }
+class KiviRing : public BackendParamTest<ResidualCase> {};
 
 /* Written one token at a time, the split between pages and ring follows gokv_kivi_quantized_len after
  * every write: ring tokens read back as their fp16 inputs exactly (and sit in ring row t % (R+g)),
  * page tokens as quantized values. At the end, the reads equal a single write of all tokens. */
 TEST_P(KiviRing, TokenByTokenEqualsAllAtOnce) {
-    const ResidualCase p = GetParam();
+    const ResidualCase p = param();
     PoolCfg c = format_cfg(p.format, p.group, p.residual);
     c.n_kv_heads = 2;
     c.d_k = 64;
@@ -46,7 +49,7 @@ TEST_P(KiviRing, TokenByTokenEqualsAllAtOnce) {
     std::vector<float> k = gen_keys(rng, n, c.n_kv_heads, c.d_k), v = gen_values(rng, n, c.n_kv_heads, c.d_v);
     const size_t kr = (size_t)c.n_kv_heads * (size_t)c.d_k, vr = (size_t)c.n_kv_heads * (size_t)c.d_v;
 
-    PoolPtr a = make_pool(shared_device(), c), b = make_pool(shared_device(), c);
+    PoolPtr a = make_pool(dut(), c), b = make_pool(dut(), c);
     ASSERT_TRUE(a && b);
     Allocator alloc_a(c, 11), alloc_b(c, 11);
     Seq sa = alloc_a.new_seq(n), sb = alloc_b.new_seq(n);
@@ -88,7 +91,7 @@ TEST_P(KiviRing, TokenByTokenEqualsAllAtOnce) {
 
 /* Two sequences written in one call per step, with different random chunkings, equal one write each. */
 TEST_P(KiviRing, RandomChunksEqualOneWrite) {
-    const ResidualCase p = GetParam();
+    const ResidualCase p = param();
     PoolCfg c = format_cfg(p.format, p.group, p.residual);
     c.d_k = 64;
     c.d_v = 64;
@@ -99,7 +102,7 @@ TEST_P(KiviRing, RandomChunksEqualOneWrite) {
     std::mt19937 rng(99);
     std::vector<float> k0 = gen_keys(rng, n0, 1, c.d_k), v0 = gen_values(rng, n0, 1, c.d_v);
     std::vector<float> k1 = gen_keys(rng, n1, 1, c.d_k), v1 = gen_values(rng, n1, 1, c.d_v);
-    PoolPtr a = make_pool(shared_device(), c), b = make_pool(shared_device(), c);
+    PoolPtr a = make_pool(dut(), c), b = make_pool(dut(), c);
     ASSERT_TRUE(a && b);
     Allocator aa(c, 5), ab(c, 5);
     Seq a0 = aa.new_seq(n0), a1 = aa.new_seq(n1), b0 = ab.new_seq(n0), b1 = ab.new_seq(n1);
@@ -129,88 +132,6 @@ const ResidualCase kResidualCases[] = {
     {GOKV_FORMAT_KIVI2, 32, 0},  {GOKV_FORMAT_KIVI2, 32, 32}, {GOKV_FORMAT_KIVI2, 32, 128},
     {GOKV_FORMAT_KIVI4, 32, 0},  {GOKV_FORMAT_KIVI4, 32, 96}, {GOKV_FORMAT_KIVI2, 64, 64},
 };
-INSTANTIATE_TEST_SUITE_P(Kivi, KiviRing, testing::ValuesIn(kResidualCases), residual_name);
-
-/* gokv_pool_copy: a fork's copied pages and residual slot read back identically (same bytes), and the
- * original and the fork then grow independently; the fork equals a sequence written in one go. */
-TEST(PoolCopy, ForkReadsIdenticallyAndGrowsIndependently) {
-    const ResidualCase cases[] = {{GOKV_FORMAT_F16, 0, 0}, {GOKV_FORMAT_Q4, 32, 0}, {GOKV_FORMAT_KIVI2, 32, 32},
-                                  {GOKV_FORMAT_KIVI4, 32, 128}};
-    for (const auto &p : cases) {
-        SCOPED_TRACE(format_cfg(p.format, p.group, p.residual).name());
-        PoolCfg c = format_cfg(p.format, p.group, p.residual);
-        c.n_kv_heads = 2;
-        c.n_pages = 16;
-        c.n_slots = c.kivi() ? 3 : 0;
-        Cache cache;
-        const int32_t n = 150, more = 40;
-        ASSERT_TRUE(build_cache(shared_device(), c, {n}, 31u, cache, more));
-        c = cache.cfg;
-        gokv_pool *pool = cache.pool.get();
-        Seq &orig = cache.seqs[0];
-        /* fork: fresh pages and slot taken from the pool's unused ids */
-        std::vector<bool> used((size_t)c.n_pages, false), slot_used((size_t)c.n_slots, false);
-        for (auto &s : cache.seqs) {
-            for (int32_t pg : s.pages) used[(size_t)pg] = true;
-            if (s.slot >= 0) slot_used[(size_t)s.slot] = true;
-        }
-        Seq fork;
-        for (int32_t pg = 0; pg < c.n_pages && fork.pages.size() < orig.pages.size(); pg++)
-            if (!used[(size_t)pg]) fork.pages.push_back(pg);
-        ASSERT_EQ(fork.pages.size(), orig.pages.size());
-        for (int32_t sl = 0; sl < c.n_slots && c.kivi(); sl++)
-            if (!slot_used[(size_t)sl]) {
-                fork.slot = sl;
-                break;
-            }
-        fork.len = orig.len;
-        fork.k = orig.k;
-        fork.v = orig.v;
-        const int32_t npg = (n + c.page_size - 1) / c.page_size;
-        gokv_copy_desc cd;
-        std::memset(&cd, 0, sizeof cd);
-        cd.struct_size = sizeof cd;
-        cd.n_pages = npg;
-        cd.src_pages = orig.pages.data();
-        cd.dst_pages = fork.pages.data();
-        cd.n_slots = c.kivi() ? 1 : 0;
-        cd.src_slots = c.kivi() ? &orig.slot : nullptr;
-        cd.dst_slots = c.kivi() ? &fork.slot : nullptr;
-        ASSERT_EQ(gokv_pool_copy(pool, &cd), GOKV_OK) << gokv_last_error();
-        const gokv_layout *L = gokv_pool_layout(pool);
-        for (int32_t i = 0; i < npg; i++) {
-            EXPECT_EQ(0, std::memcmp(gokv_cpu_page_bytes(pool, orig.pages[(size_t)i]),
-                                     gokv_cpu_page_bytes(pool, fork.pages[(size_t)i]), L->page_bytes))
-                << "page " << i;
-        }
-        if (c.kivi()) {
-            EXPECT_EQ(0, std::memcmp(gokv_cpu_ring_bytes(pool, orig.slot), gokv_cpu_ring_bytes(pool, fork.slot),
-                                     L->ring_bytes));
-        }
-        std::vector<float> kf, vf;
-        ASSERT_EQ(read_seq(pool, c, fork, kf, vf), GOKV_OK) << gokv_last_error();
-        EXPECT_EQ(kf, cache.kdq[0]);
-        EXPECT_EQ(vf, cache.vdq[0]);
-
-        /* grow both with different tokens: each must equal its whole input written at once */
-        std::mt19937 rng(8);
-        std::vector<float> ko = gen_keys(rng, more, 2, c.d_k), vo = gen_values(rng, more, 2, c.d_v);
-        std::vector<float> kk = gen_keys(rng, more, 2, c.d_k), vk = gen_values(rng, more, 2, c.d_v);
-        ASSERT_EQ(append(pool, c, {&orig, &fork}, {ko, kk}, {vo, vk}), GOKV_OK) << gokv_last_error();
-        for (Seq *s : {&orig, &fork}) {
-            PoolPtr fresh = make_pool(shared_device(), c);
-            ASSERT_TRUE(fresh);
-            Seq one;
-            one.pages = s->pages;
-            one.slot = s->slot;
-            ASSERT_EQ(append1(fresh.get(), c, one, s->k, s->v), GOKV_OK) << gokv_last_error();
-            std::vector<float> k1, v1, k2, v2;
-            ASSERT_EQ(read_seq(fresh.get(), c, one, k1, v1), GOKV_OK);
-            ASSERT_EQ(read_seq(pool, c, *s, k2, v2), GOKV_OK);
-            EXPECT_EQ(k1, k2) << (s == &fork ? "fork" : "original") << " K after growing";
-            EXPECT_EQ(v1, v2) << (s == &fork ? "fork" : "original") << " V after growing";
-        }
-    }
-}
+GOKV_INSTANTIATE_CASES(Kivi, KiviRing, kResidualCases);
 
 } // namespace

@@ -34,6 +34,36 @@ gokv_device *shared_device() {
     return dev.get();
 }
 
+std::vector<uint8_t> page_bytes(gokv_pool *pool, int32_t page) {
+    const gokv_layout *L = gokv_pool_layout(pool);
+    if (!L) {
+        ADD_FAILURE() << "page_bytes: no pool";
+        return {};
+    }
+    std::vector<uint8_t> b(L->page_bytes);
+    const gokv_status st = gokv_pool_page_bytes(pool, page, b.data(), b.size());
+    if (st != GOKV_OK) {
+        ADD_FAILURE() << "gokv_pool_page_bytes(page " << page << "): " << gokv_status_name(st) << ": " << gokv_last_error();
+        return {};
+    }
+    return b;
+}
+
+std::vector<uint8_t> slot_bytes(gokv_pool *pool, int32_t slot) {
+    const gokv_layout *L = gokv_pool_layout(pool);
+    if (!L) {
+        ADD_FAILURE() << "slot_bytes: no pool";
+        return {};
+    }
+    std::vector<uint8_t> b(L->ring_bytes);
+    const gokv_status st = gokv_pool_slot_bytes(pool, slot, b.data(), b.size());
+    if (st != GOKV_OK) {
+        ADD_FAILURE() << "gokv_pool_slot_bytes(slot " << slot << "): " << gokv_status_name(st) << ": " << gokv_last_error();
+        return {};
+    }
+    return b;
+}
+
 std::string PoolCfg::name() const {
     std::string n = gokv_format_name(format) ? gokv_format_name(format) : "unknown";
     if (quantized()) n += "_g" + std::to_string(group);

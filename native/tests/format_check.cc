@@ -1,6 +1,8 @@
 /* format_check.cc: see format_check.h. */
 #include "format_check.h"
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -142,8 +144,15 @@ void check_stored_sequence(FailBudget &fb, gokv_pool *pool, const PoolCfg &c, co
     const int32_t H = c.n_kv_heads, dk = c.d_k, dv = c.d_v, P = c.page_size;
     const int32_t nq = c.kivi() ? gokv_kivi_quantized_len(s.len, c.group, c.residual) : s.len;
     const bool has_v = !c.v_is_k_prefix;
+    /* the raw bytes of each page, read once through gokv_pool_page_bytes */
+    std::map<int32_t, std::vector<uint8_t>> pages;
+    auto page_of = [&](int32_t id) -> const uint8_t * {
+        auto it = pages.find(id);
+        if (it == pages.end()) it = pages.emplace(id, page_bytes(pool, id)).first;
+        return it->second.empty() ? nullptr : it->second.data();
+    };
     for (int32_t t = 0; t < nq; t++) {
-        const uint8_t *page = gokv_cpu_page_bytes(pool, s.pages[(size_t)(t / P)]);
+        const uint8_t *page = page_of(s.pages[(size_t)(t / P)]);
         ASSERT_NE(page, nullptr);
         for (int32_t h = 0; h < H; h++) {
             const size_t ko = ((size_t)t * (size_t)H + (size_t)h) * (size_t)dk;
@@ -157,7 +166,7 @@ void check_stored_sequence(FailBudget &fb, gokv_pool *pool, const PoolCfg &c, co
     if (c.kivi()) {
         const int32_t g = c.group, bits = L.bits;
         for (int32_t t0 = 0; t0 < nq; t0 += g) {
-            const uint8_t *page = gokv_cpu_page_bytes(pool, s.pages[(size_t)(t0 / P)]);
+            const uint8_t *page = page_of(s.pages[(size_t)(t0 / P)]);
             ASSERT_NE(page, nullptr);
             const int32_t tg = (t0 % P) / g;
             for (int32_t h = 0; h < H; h++)
@@ -180,8 +189,9 @@ void check_stored_sequence(FailBudget &fb, gokv_pool *pool, const PoolCfg &c, co
                 }
         }
         /* Ring: the newest tokens, fp16, at row t % (R + g). */
-        const uint8_t *ring = gokv_cpu_ring_bytes(pool, s.slot);
-        ASSERT_NE(ring, nullptr);
+        const std::vector<uint8_t> ring_bytes = slot_bytes(pool, s.slot);
+        ASSERT_FALSE(ring_bytes.empty());
+        const uint8_t *ring = ring_bytes.data();
         for (int32_t t = nq; t < s.len; t++) {
             const uint64_t row = (uint64_t)(t % L.ring_rows);
             for (int32_t i = 0; i < H * dk; i++) {

@@ -18,7 +18,6 @@
 
 #include "gokv.h"
 #include "gokv_backend.h"
-#include "gokv_cpu.h"
 #include "gokv_half.h"
 #include "gokv_layout.h"
 
@@ -38,8 +37,15 @@ DevicePtr open_cpu(int32_t n_threads);
 /* Opens device -1 of any registered backend ("cpu", "vulkan", ...); null (and a test failure) on error.
  * Other backends' suites use it with the CPU backend as their reference. */
 DevicePtr open_backend(const char *backend, int32_t n_threads);
-/* A 2-thread CPU device shared by the tests that do not vary the device. */
+/* A 2-thread CPU device shared by the tests that do not vary the device (and the conformance suite's
+ * reference backend). */
 gokv_device *shared_device();
+
+/* Raw storage through the ABI (gokv_pool_page_bytes / gokv_pool_slot_bytes): the bytes of page `page`
+ * (layout page_bytes) or residual slot `slot` (layout ring_bytes) as stored; empty, after a test failure,
+ * if the call fails. */
+std::vector<uint8_t> page_bytes(gokv_pool *pool, int32_t page);
+std::vector<uint8_t> slot_bytes(gokv_pool *pool, int32_t slot);
 
 /* A pool's geometry, in the test's words; pool_desc() turns it into the ABI descriptor. */
 struct PoolCfg {
@@ -166,13 +172,6 @@ bool all_finite(const std::vector<float> &a);
  * that see nothing exactly zero, rel_err <= tol. Returns the rel_err (or +inf on failure). */
 double check_attend(gokv_device *dev, const Cache &c, const std::vector<AttnSeq> &seqs, const std::vector<float> &q,
                     const AttnOpts &o, double tol, const std::string &what, std::vector<float> *out_ret = nullptr);
-
-/* Restores the process-wide SIMD limit when it goes out of scope. */
-struct SimdLimitGuard {
-    int32_t saved;
-    SimdLimitGuard() : saved(gokv_cpu_simd_level()) {}
-    ~SimdLimitGuard() { gokv_cpu_set_simd_limit(saved); }
-};
 
 /* Raw storage access: fp16 at byte offset, and codes. */
 float half_at(const uint8_t *p, uint64_t off);

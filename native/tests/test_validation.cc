@@ -1,7 +1,9 @@
 /*
- * test_validation.cc: every invalid argument is rejected, with its status and a message naming the argument
- * (docs/architecture.md §3, gokv.h), and a rejected call changes nothing that was stored. Also the status
- * helpers, the ABI version, and the NULL-safe destroy/close.
+ * test_validation.cc: on every backend, every invalid argument is rejected, with its status and a message
+ * naming the argument (docs/architecture.md §3, gokv.h), and a rejected call changes nothing that was stored
+ * (the pool's raw bytes, through gokv_pool_page_bytes / gokv_pool_slot_bytes, before and after); the same bad
+ * descriptors give the same status and message as on the CPU. Also the status helpers, the ABI version,
+ * and the NULL-safe destroy/close.
  */
 #include <gtest/gtest.h>
 
@@ -11,7 +13,7 @@
 #include <limits>
 #include <thread>
 
-#include "reference.h"
+#include "harness.h"
 
 using namespace gokvtest;
 
@@ -36,7 +38,9 @@ void expect_error(gokv_status got, gokv_status want, const char *needle, const s
     EXPECT_EQ(std::string(buf), msg.substr(0, 7)) << what;
 }
 
-TEST(Status, NamesAndMessages) {
+class Status : public BackendTest {};
+
+TEST_P(Status, NamesAndMessages) {
 #define GOKV_TEST_STATUS_(name, value, msg)                        \
     EXPECT_STREQ(gokv_status_name(name), #name);                   \
     EXPECT_STREQ(gokv_status_message(name), msg);                  \
@@ -49,22 +53,26 @@ TEST(Status, NamesAndMessages) {
     EXPECT_EQ(gokv_abi_version(), GOKV_ABI_VERSION);
 }
 
-TEST(Status, NullHandlesAreNoOps) {
+TEST_P(Status, NullHandlesAreNoOps) {
     gokv_pool_destroy(nullptr);
     gokv_device_close(nullptr);
     SUCCEED();
 }
 
-TEST(Status, BackendRegistry) {
+TEST_P(Status, BackendRegistry) {
     ASSERT_GE(gokv_backend_count(), 1);
     EXPECT_STREQ(gokv_backend_name(0), "cpu");
     EXPECT_EQ(gokv_backend_name(-1), nullptr);
     EXPECT_EQ(gokv_backend_name(gokv_backend_count()), nullptr);
     EXPECT_EQ(gokv_set_log_callback(nullptr, nullptr, GOKV_LOG_DEBUG), GOKV_OK);
+    restore_log_capture();
+    bool listed = false;
+    for (int32_t i = 0; i < gokv_backend_count(); i++) listed = listed || dut_name() == gokv_backend_name(i);
+    EXPECT_TRUE(listed) << "gokv_backend_name does not list \"" << dut_name() << "\"";
 }
 
 /* The last error is per thread: a failure on another thread does not replace this thread's message. */
-TEST(Status, LastErrorIsThreadLocal) {
+TEST_P(Status, LastErrorIsThreadLocal) {
     gokv_device *dev = nullptr;
     expect_error(gokv_device_open(nullptr, &dev), GOKV_EINVAL, nullptr, "NULL desc");
     const std::string mine = gokv_last_error();
@@ -79,11 +87,15 @@ TEST(Status, LastErrorIsThreadLocal) {
     EXPECT_EQ(std::string(gokv_last_error()), mine);
 }
 
-TEST(DeviceValidation, RejectsBadDescriptors) {
+GOKV_INSTANTIATE_ON_BACKENDS(Status);
+
+class DeviceValidation : public BackendTest {};
+
+TEST_P(DeviceValidation, RejectsBadDescriptors) {
     gokv_device_desc d;
     std::memset(&d, 0, sizeof d);
     d.struct_size = sizeof d;
-    d.backend = "cpu";
+    d.backend = dut_name().c_str();
     d.device_index = -1;
     gokv_device *dev = nullptr;
     expect_error(gokv_device_open(nullptr, &dev), GOKV_EINVAL, "desc", "NULL desc");
@@ -96,17 +108,19 @@ TEST(DeviceValidation, RejectsBadDescriptors) {
     gokv_device_desc bad = d;
     bad.backend = "no-such-backend";
     expect_error(gokv_device_open(&bad, &dev), GOKV_ENODEV, "no-such-backend", "unknown backend");
-    bad.backend = "cpu";
+    bad.backend = dut_name().c_str();
     bad.n_threads = -1;
     expect_error(gokv_device_open(&bad, &dev), GOKV_EINVAL, "n_threads", "negative n_threads");
     bad.n_threads = 1;
     bad.device_name = "no such processor";
-    expect_error(gokv_device_open(&bad, &dev), GOKV_ENODEV, "no such processor", "cpu device name that matches nothing");
+    expect_error(gokv_device_open(&bad, &dev), GOKV_ENODEV, "no such processor", "device name that matches nothing");
     EXPECT_EQ(dev, nullptr);
-    bad.device_name = "cpu"; /* the backend's own name picks its one device */
-    ASSERT_EQ(gokv_device_open(&bad, &dev), GOKV_OK) << gokv_last_error();
-    gokv_device_close(dev);
-    dev = nullptr;
+    if (dut_is_cpu()) {
+        bad.device_name = "cpu"; /* the backend's own name picks its one device */
+        ASSERT_EQ(gokv_device_open(&bad, &dev), GOKV_OK) << gokv_last_error();
+        gokv_device_close(dev);
+        dev = nullptr;
+    }
     /* auto picks a vendor module if any, else the CPU */
     gokv_device_desc a = d;
     a.backend = "auto";
@@ -126,8 +140,12 @@ TEST(DeviceValidation, RejectsBadDescriptors) {
     gokv_device_close(dev);
 }
 
-TEST(PoolValidation, RejectsBadDescriptors) {
-    gokv_device *dev = shared_device();
+GOKV_INSTANTIATE_ON_BACKENDS(DeviceValidation);
+
+class PoolValidation : public BackendTest {};
+
+TEST_P(PoolValidation, RejectsBadDescriptors) {
+    gokv_device *dev = dut();
     ASSERT_NE(dev, nullptr);
     PoolCfg base = format_cfg(GOKV_FORMAT_KIVI2, 32, 64);
     base.n_slots = 2;
@@ -187,28 +205,33 @@ TEST(PoolValidation, RejectsBadDescriptors) {
     gokv_pool_destroy(p);
 }
 
+GOKV_INSTANTIATE_ON_BACKENDS(PoolValidation);
+
 /* A pool with two sequences written, whose bytes are snapshotted around each rejected call. */
-class CallValidation : public testing::Test {
+class CallValidation : public BackendTest {
 protected:
     void SetUp() override {
+        BackendTest::SetUp();
+        if (HasFatalFailure()) return;
         for (int32_t fmt : {GOKV_FORMAT_F32, GOKV_FORMAT_Q4, GOKV_FORMAT_KIVI2}) {
             PoolCfg c = format_cfg(fmt, fmt == GOKV_FORMAT_F32 ? 0 : 32, fmt == GOKV_FORMAT_KIVI2 ? 32 : 0);
             c.n_kv_heads = 2;
             c.n_pages = 12;
             caches.emplace_back();
-            ASSERT_TRUE(build_cache(shared_device(), c, {100, 70}, 42u, caches.back(), 64));
+            ASSERT_TRUE(build_cache(dut(), c, {100, 70}, 42u, caches.back(), 64));
         }
     }
     std::vector<uint8_t> snapshot(const Cache &c) const {
         std::vector<uint8_t> s;
         const gokv_layout *L = gokv_pool_layout(c.pool.get());
+        (void)L;
         for (int32_t p = 0; p < c.cfg.n_pages; p++) {
-            const uint8_t *b = gokv_cpu_page_bytes(c.pool.get(), p);
-            s.insert(s.end(), b, b + L->page_bytes);
+            const std::vector<uint8_t> b = page_bytes(c.pool.get(), p);
+            s.insert(s.end(), b.begin(), b.end());
         }
         for (int32_t r = 0; r < c.cfg.n_slots; r++) {
-            const uint8_t *b = gokv_cpu_ring_bytes(c.pool.get(), r);
-            s.insert(s.end(), b, b + L->ring_bytes);
+            const std::vector<uint8_t> b = slot_bytes(c.pool.get(), r);
+            s.insert(s.end(), b.begin(), b.end());
         }
         return s;
     }
@@ -217,7 +240,7 @@ protected:
 
 /* Writes that fail validation, each made to fail on its last sequence / last element so an
  * implementation that writes before validating everything would leave traces. */
-TEST_F(CallValidation, WriteRejectsAndChangesNothing) {
+TEST_P(CallValidation, WriteRejectsAndChangesNothing) {
     for (Cache &c : caches) {
         const PoolCfg &cfg = c.cfg;
         std::mt19937 rng(1);
@@ -333,7 +356,7 @@ TEST_F(CallValidation, WriteRejectsAndChangesNothing) {
 
 /* gokv.h: a write's page table "must cover every position up to the new length with pages >= 0", also
  * for KIVI positions that this call only puts in the ring (their page receives them later). */
-TEST_F(CallValidation, KiviWriteRejectsReleasedPageOfRingTokens) {
+TEST_P(CallValidation, KiviWriteRejectsReleasedPageOfRingTokens) {
     Cache &c = caches[2];
     ASSERT_TRUE(c.cfg.kivi());
     Seq &s = c.seqs[1]; /* 70 tokens, R 32: a write of 10 more quantizes nothing into page 1 */
@@ -358,7 +381,7 @@ TEST_F(CallValidation, KiviWriteRejectsReleasedPageOfRingTokens) {
     EXPECT_TRUE(snapshot(c) == before) << "a rejected write changed stored bytes";
 }
 
-TEST_F(CallValidation, ReadRejects) {
+TEST_P(CallValidation, ReadRejects) {
     for (Cache &c : caches) {
         const Seq &s = c.seqs[0];
         std::vector<float> k((size_t)s.len * 2 * (size_t)c.cfg.d_k), v((size_t)s.len * 2 * (size_t)c.cfg.d_v);
@@ -411,8 +434,8 @@ TEST_F(CallValidation, ReadRejects) {
     }
 }
 
-TEST_F(CallValidation, AttendRejects) {
-    DevicePtr other = open_cpu(1);
+TEST_P(CallValidation, AttendRejects) {
+    DevicePtr other = open_backend(dut_name().c_str(), 1);
     ASSERT_TRUE(other);
     for (Cache &c : caches) {
         std::vector<AttnSeq> seqs = {attn_seq(c, 0), attn_seq(c, 1, 3)};
@@ -450,10 +473,10 @@ TEST_F(CallValidation, AttendRejects) {
             return a;
         };
         gokv_attend_desc a = make();
-        ASSERT_EQ(gokv_attend(shared_device(), &a), GOKV_OK) << gokv_last_error();
+        ASSERT_EQ(gokv_attend(dut(), &a), GOKV_OK) << gokv_last_error();
         a.valid_mask = mask.data();
         a.valid_indptr = vind.data();
-        ASSERT_EQ(gokv_attend(shared_device(), &a), GOKV_OK) << gokv_last_error();
+        ASSERT_EQ(gokv_attend(dut(), &a), GOKV_OK) << gokv_last_error();
         struct Case {
             const char *what;
             std::function<void(gokv_attend_desc &)> edit;
@@ -504,7 +527,7 @@ TEST_F(CallValidation, AttendRejects) {
             gokv_attend_desc d = make();
             cs.edit(d);
             std::fill(out.begin(), out.end(), 7.0f);
-            expect_error(gokv_attend(shared_device(), &d), cs.want, cs.needle, what);
+            expect_error(gokv_attend(dut(), &d), cs.want, cs.needle, what);
             /* restore the shared arrays */
             std::mt19937 r2(2);
             q = gen_normal(r2, (size_t)rows * Hq * (size_t)c.cfg.d_k);
@@ -522,15 +545,15 @@ TEST_F(CallValidation, AttendRejects) {
         }
         a = make();
         expect_error(gokv_attend(nullptr, &a), GOKV_EINVAL, "dev", c.cfg.name() + ": NULL device");
-        expect_error(gokv_attend(shared_device(), nullptr), GOKV_EINVAL, "desc", c.cfg.name() + ": NULL desc");
+        expect_error(gokv_attend(dut(), nullptr), GOKV_EINVAL, "desc", c.cfg.name() + ": NULL desc");
         expect_error(gokv_attend(other.get(), &a), GOKV_EINVAL, "device", c.cfg.name() + ": pool of another device");
         /* zero sequences is a valid no-op */
         a.n_seqs = 0;
-        EXPECT_EQ(gokv_attend(shared_device(), &a), GOKV_OK) << gokv_last_error();
+        EXPECT_EQ(gokv_attend(dut(), &a), GOKV_OK) << gokv_last_error();
     }
 }
 
-TEST_F(CallValidation, CopyRejects) {
+TEST_P(CallValidation, CopyRejects) {
     for (Cache &c : caches) {
         const std::string n = c.cfg.name() + ": ";
         std::vector<int32_t> src = {c.seqs[0].pages[0], c.seqs[0].pages[1]}, dst = {10, 11};
@@ -573,9 +596,13 @@ TEST_F(CallValidation, CopyRejects) {
     }
 }
 
+GOKV_INSTANTIATE_ON_BACKENDS(CallValidation);
+
+class Validation : public BackendTest {};
+
 /* The pure size helper validates its arguments too: no signed overflow (UBSan runs this), never more
  * than n, and -1 with a message for what cannot be a KIVI sequence. */
-TEST(Validation, KiviQuantizedLenArguments) {
+TEST_P(Validation, KiviQuantizedLenArguments) {
     const int32_t max = std::numeric_limits<int32_t>::max(), min = std::numeric_limits<int32_t>::min();
     struct Case { int32_t n, g, r; const char *needle; } bad[] = {
         {max, 32, min, "residual"}, {100, 32, -64, "residual"}, {-1, 32, 0, "n -1"}, {100, 0, 32, "group_size 0"},
@@ -596,5 +623,100 @@ TEST(Validation, KiviQuantizedLenArguments) {
             EXPECT_EQ(q % 32, 0);
         }
 }
+
+/* Validation is the core's, before any backend sees a call: the same bad descriptors give the same status
+ * and message on every backend as on the CPU, and a rejected write leaves the pool as it was. */
+TEST_P(Validation, RejectsAsOnCpu) {
+    PoolCfg c = format_cfg(GOKV_FORMAT_KIVI2, 32, 32);
+    c.n_kv_heads = 2;
+    c.n_pages = 12;
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, {100, 70}, 42u, pair, 64));
+    c = pair.dut.cfg;
+    struct Outcome {
+        gokv_status st;
+        std::string msg;
+    };
+    auto same = [](const Outcome &a, const Outcome &b, gokv_status want, const std::string &what) {
+        EXPECT_EQ(a.st, want) << what << " on " << dut_name() << ": " << a.msg;
+        EXPECT_EQ(a.st, b.st) << what;
+        EXPECT_EQ(a.msg, b.msg) << what;
+        EXPECT_FALSE(a.msg.empty()) << what;
+    };
+    /* pool descriptors */
+    for (int32_t bad_group : {16, 48}) {
+        gokv_pool_desc d = pool_desc(c);
+        d.group_size = bad_group;
+        Outcome r[2];
+        gokv_device *devs[2] = {dut(), cpu_device()};
+        for (int i = 0; i < 2; i++) {
+            gokv_pool *p = nullptr;
+            r[i].st = gokv_pool_create(devs[i], &d, &p);
+            r[i].msg = gokv_last_error();
+            EXPECT_EQ(p, nullptr);
+        }
+        same(r[0], r[1], GOKV_EINVAL, "group " + std::to_string(bad_group));
+    }
+    /* attend */
+    std::mt19937 rng(2);
+    std::vector<float> q = gen_normal(rng, 2 * 4 * (size_t)c.d_k);
+    struct Case {
+        const char *what;
+        std::function<void(AttnSeq &, AttnOpts &, std::vector<float> &)> edit;
+        gokv_status want;
+    };
+    const Case cases[] = {
+        {"page id out of range", [&](AttnSeq &s, AttnOpts &, std::vector<float> &) { s.pages.back() = c.n_pages; }, GOKV_ERANGE},
+        {"NaN query", [](AttnSeq &, AttnOpts &, std::vector<float> &qq) { qq[5] = std::numeric_limits<float>::quiet_NaN(); }, GOKV_EINVAL},
+        {"inf sink logit", [](AttnSeq &, AttnOpts &o, std::vector<float> &) { o.sinks = {0, 0, -std::numeric_limits<float>::infinity(), 0}; }, GOKV_EINVAL},
+        {"kv_len beyond the table", [&](AttnSeq &s, AttnOpts &, std::vector<float> &) { s.kv_len += 2 * c.page_size; }, GOKV_EINVAL},
+        {"residual slot out of range", [&](AttnSeq &s, AttnOpts &, std::vector<float> &) { s.slot = c.n_slots; }, GOKV_ERANGE},
+        {"negative window", [](AttnSeq &, AttnOpts &o, std::vector<float> &) { o.window = -1; }, GOKV_EINVAL},
+        {"n_heads_q 3 with 2 kv heads", [](AttnSeq &, AttnOpts &o, std::vector<float> &) { o.n_heads_q = 3; }, GOKV_EINVAL},
+    };
+    for (const Case &cs : cases) {
+        Outcome r[2];
+        for (int i = 0; i < 2; i++) {
+            const Cache &cc = i == 0 ? pair.dut : pair.cpu;
+            AttnSeq s0 = attn_seq(cc, 0), s1 = attn_seq(cc, 1);
+            AttnOpts o;
+            o.n_heads_q = 4;
+            std::vector<float> qq = q, out;
+            cs.edit(s1, o, qq);
+            r[i].st = attend(i == 0 ? dut() : cpu_device(), cc.pool.get(), c, {s0, s1}, qq, o, out);
+            r[i].msg = gokv_last_error();
+        }
+        same(r[0], r[1], cs.want, cs.what);
+    }
+    /* a pool used on another device */
+    if (!dut_is_cpu()) {
+        std::vector<float> out;
+        AttnOpts o;
+        o.n_heads_q = 4;
+        const gokv_status st = attend(cpu_device(), pair.dut.pool.get(), c, {attn_seq(pair.dut, 0)}, q, o, out);
+        EXPECT_EQ(st, GOKV_EINVAL) << "a " << dut_name() << " pool on the CPU device: " << gokv_last_error();
+        EXPECT_NE(std::string(gokv_last_error()).find("device"), std::string::npos) << gokv_last_error();
+    }
+    /* writes: a NaN key in the last row, a released page in the new range; nothing stored on rejection */
+    for (int variant = 0; variant < 2; variant++) {
+        Outcome r[2];
+        for (int i = 0; i < 2; i++) {
+            Cache &cc = i == 0 ? pair.dut : pair.cpu;
+            std::mt19937 g(7);
+            std::vector<float> k = gen_keys(g, 40, 2, c.d_k), v = gen_values(g, 40, 2, c.d_v);
+            Seq s = cc.seqs[1];
+            if (variant == 0) k.back() = std::numeric_limits<float>::quiet_NaN();
+            if (variant == 1) s.pages[1] = -1;
+            r[i].st = append1(cc.pool.get(), c, s, k, v);
+            r[i].msg = gokv_last_error();
+        }
+        same(r[0], r[1], GOKV_EINVAL, variant == 0 ? "NaN key" : "write into a released page");
+        const std::vector<std::vector<float>> k_before = pair.dut.kdq, v_before = pair.dut.vdq;
+        ASSERT_TRUE(reread(pair.dut));
+        EXPECT_TRUE(pair.dut.kdq == k_before && pair.dut.vdq == v_before) << "a rejected write changed the pool";
+    }
+}
+
+GOKV_INSTANTIATE_ON_BACKENDS(Validation);
 
 } // namespace
