@@ -304,19 +304,3 @@ static const gokv_backend g_cpu_backend = {
 };
 
 const gokv_backend *gokv_cpu_backend(void) { return &g_cpu_backend; }
-
-/* ---- test hooks ---- */
-
-static const cpu_pool *as_cpu_pool(const gokv_pool *pool) {
-    return pool && pool->dev->be == &g_cpu_backend ? (const cpu_pool *)pool->impl : NULL;
-}
-
-const uint8_t *gokv_cpu_page_bytes(const gokv_pool *pool, int32_t page) {
-    const cpu_pool *p = as_cpu_pool(pool);
-    return p && page >= 0 && page < p->n_pages ? cpu_page(p, &pool->layout, page) : NULL;
-}
-
-const uint8_t *gokv_cpu_ring_bytes(const gokv_pool *pool, int32_t slot) {
-    const cpu_pool *p = as_cpu_pool(pool);
-    return p && slot >= 0 && slot < p->n_slots ? cpu_ring(p, &pool->layout, slot) : NULL;
-}

@@ -1,6 +1,7 @@
 /*
- * gokv_cpu.h: the CPU module's entry points beyond the backend table: raw storage access for tests
- * and the SIMD-path selection. Not part of the public ABI.
+ * gokv_cpu.h: the CPU module's entry points beyond the backend table: the SIMD-path selection and the
+ * roofline measurements. Not part of the public ABI. (Raw storage: gokv_pool_page_bytes and
+ * gokv_pool_slot_bytes, gokv.h.)
  */
 #ifndef GOKV_CPU_H
 #define GOKV_CPU_H
@@ -11,11 +12,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* CPU pools only: the bytes of page `page` (layout.page_bytes long) and of residual slot `slot`
- * (layout.ring_bytes long); NULL if out of range or not a CPU pool. For tests of the stored format. */
-const uint8_t *gokv_cpu_page_bytes(const gokv_pool *pool, int32_t page);
-const uint8_t *gokv_cpu_ring_bytes(const gokv_pool *pool, int32_t slot);
 
 /* SIMD paths of the CPU kernels, best first. gokv_cpu_simd_level() is what the CPU supports;
  * gokv_cpu_set_simd_limit caps it process-wide (tests use it to compare each path with the scalar one);
