@@ -67,7 +67,7 @@ __attribute__((target("avx512f"))) static uint64_t roofline_read_avx512(const ui
         d = _mm512_xor_si512(d, _mm512_load_si512((const void *)(p + i + 192)));
     }
     a = _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_xor_si512(c, d));
-    return (uint64_t)_mm512_reduce_add_epi64(a);
+    return (uint64_t)_mm512_reduce_or_epi64(a); /* bitwise: a signed 64-bit sum of the lanes may overflow (UB) */
 }
 #endif
 
