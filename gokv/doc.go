@@ -25,7 +25,11 @@
 // pools, stats), sequence.go (sequences: fork, truncate, release), step.go (batched decode/prefill
 // steps), policy.go (eviction rules), errors.go (Error and its sentinels); format.go, model.go,
 // presets.go, hfconfig.go and plan.go hold the formats, model specs and the memory planner, which need
-// no device.
+// no device; paged.go (PagedPool) is the low-level path for engines that keep their own page tables.
+//
+// Built without cgo (CGO_ENABLED=0), the package still compiles: formats, model specs, presets, HF
+// configs and Plan work (the page layout then comes from a Go mirror of the C core's), and Open fails
+// with an ErrNoDevice whose cause is ErrNoCgo.
 //
 // Errors are *Error values (or *CapacityError for ErrCapacity); compare them with errors.Is against the
 // sentinels (ErrInvalid, ErrOutOfMemory, ErrCapacity, ErrClosed, ...). No call panics on bad input, and a
