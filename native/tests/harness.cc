@@ -239,9 +239,12 @@ double cross_attend(const Pair &p, const std::vector<AttnSeq> &seqs, const std::
         ref_gap = rel_err_d(rv, rc);
     }
     const double cross = rel_err(co.dut, co.cpu);
-    EXPECT_LE(cross, 2 * tol + ref_gap) << what << ": " << dut_name() << " vs cpu"
-                                        << (dut_is_cpu() ? " (scalar)" : "") << " on the same input (tolerance 2 x "
-                                        << tol << " + reference gap " << ref_gap << ")";
+    /* the CPU's SIMD and scalar paths read the same bytes: only float rounding may separate them */
+    const double bound = dut_is_cpu() ? std::min(1e-5, 2 * tol + ref_gap) : 2 * tol + ref_gap;
+    EXPECT_LE(cross, bound) << what << ": " << dut_name() << " vs cpu"
+                                        << (dut_is_cpu() ? " (scalar)" : "") << " on the same input (tolerance " << bound
+                                        << ": 2 x " << tol << " + reference gap " << ref_gap
+                                        << (dut_is_cpu() ? ", at most 1e-5 between the CPU's paths" : "") << ")";
     return cross;
 }
 

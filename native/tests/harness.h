@@ -20,7 +20,8 @@
  *   - backend vs CPU on identical inputs: 2·tol + rel_err(reference over the one's read-back, reference
  *     over the other's). Each output is within tol of its reference (checked), so by the triangle
  *     inequality this bound is what a correct pair can reach; the last term is 0 when the two backends
- *     store bit-identical pages and is only the effect of a stored code that differs by one step.
+ *     store bit-identical pages and is only the effect of a stored code that differs by one step. The
+ *     CPU's default (SIMD) path against its scalar path: at most 1e-5 as well.
  *   - stored data (pool_read): bit for bit, except (a) a quantized element whose code differs by one step
  *     (a GPU's division (x - b) / s may round a near-tie the other way), allowed for at most 1 in 1000
  *     elements; (b) a quantized element that differs by float rounding of q·s + b (a fused multiply-add
