@@ -12,8 +12,9 @@
  * reference run uses its plain scalar path (GOKV_ATTEND_FORCE_SCALAR).
  *
  * Log watch: the suite installs a gokv log callback; every test fails if the backend under test logged a
- * warning or an error during it (validation layers report through the log at those levels), unless the
- * test calls expect_backend_errors() (fault injection).
+ * warning or an error during it (validation layers report through the log at those levels). A test that
+ * calls expect_backend_errors() (fault injection) fails only on its validation layer's messages (op
+ * "validation").
  *
  * Tolerances (rel_err of reference.h: worst absolute deviation over the largest reference magnitude):
  *   - each backend vs the float64 reference over its own read-back: f32/f16 1e-5, quantized 1e-4.
@@ -49,7 +50,7 @@ gokv_device *dut();
 gokv_device *cpu_device();
 bool dut_is_cpu();
 /* This test expects the backend under test to log warnings or errors (an injected fault): the log watch
- * does not fail it. */
+ * fails it only on validation messages. */
 void expect_backend_errors();
 
 /* Reinstalls the suite's log callback (after a test that replaced it). */
