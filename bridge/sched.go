@@ -16,12 +16,10 @@ import (
 // and so on for hundreds of calls until something reschedules it. On a machine with as many cores as
 // compute threads, each woken M lands on a core the CPU module's workers are using and holds one off.
 //
-// Traced on the 2-core test machine (Go 1.26, GOMAXPROCS 2): sysmon woke an M about every 100 µs of those
-// stretches, the pool's second thread started 25 µs late, and the caller took 14 µs instead of 4 from one
-// call's end to the next one's start, so a 4K-token decode took 0.22-0.28 ms instead of 0.18. One
-// runtime.Gosched every few milliseconds reschedules the goroutine and keeps sysmon away. Gosched itself
-// wakes an M, so a yield before every call costs more (measured: 0.20 ms at 4K). The period must stay well
-// under 10 ms, calls included: a call of up to 8 ms still finds the goroutine rescheduled within 10 ms.
+// One runtime.Gosched every few milliseconds reschedules the goroutine and keeps sysmon away; Gosched
+// itself wakes an M, so a yield before every call would cost more than it saves (docs/performance.md has
+// the trace). The period must stay well under 10 ms, calls included: a call of up to 8 ms still finds the
+// goroutine rescheduled within 10 ms.
 const yieldEvery = 2 * time.Millisecond
 
 var (
