@@ -1,8 +1,8 @@
 # gokv: one entry point for building and testing everything (CI runs `make test` via .ci/run).
 #
 #   make test      deps, native release build + ctest (CPU and Vulkan on lavapipe, validation on),
-#                  ASan+UBSan build + ctest (CPU), NEON under qemu, go vet, go test -race,
-#                  go test -tags vulkan
+#                  ASan+UBSan build + ctest (CPU), NEON under qemu, go vet, go test -race, the
+#                  device-free packages without cgo, go test -tags vulkan
 #   make build     native release build + go build
 #   make native    native release build + ctest
 #   make vulkan    the Vulkan module: build/out/release/native/vulkan/libgokv_vulkan.a and
@@ -10,6 +10,7 @@
 #   make native-arm64   on x86-64: the NEON kernels checked against the scalar ones (check_simd, cross-
 #                  compiled for arm64 and run under qemu); skipped when the cross tools are missing
 #   make go-test   go vet + go test -race
+#   make go-test-nocgo   go vet + go test of the device-free packages with CGO_ENABLED=0
 #   make go-test-vulkan   go test -tags vulkan ./... against the Vulkan module, validation layer on
 #   make clean     removes build/out
 #
