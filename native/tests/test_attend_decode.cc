@@ -21,6 +21,7 @@ namespace {
 enum Vis { PLAIN, LEARNED_SINKS, SINKS_WINDOW, WINDOW_BELOW_SINKS, HOLES, SINKS_WINDOW_LEARNED };
 const char *const kVisNames[] = {"plain", "learned sinks", "sinks+window", "window<sinks", "holes",
                                  "sinks+window+learned sinks"};
+const char *const kVisIds[] = {"plain", "lsinks", "sinkwin", "winltsinks", "holes", "sinkwinls"}; /* in test names */
 
 /* The visibility options of a case; may edit the AttnSeq (mask, released pages). */
 void apply_vis(Vis vis, int32_t len, int32_t page_size, std::mt19937 &rng, AttnOpts &o, AttnSeq &s) {
@@ -57,8 +58,17 @@ struct DecodeCase {
 std::string case_name(const DecodeCase &c) {
     std::string n = fmt_name(c.f) + "_" + kAttnNames[c.attn];
     if (c.lens.size() == 1) n += "_len" + std::to_string(c.lens[0]);
+    if (c.vis.size() == 1) n += std::string("_") + kVisIds[c.vis[0]];
     if (c.page_size) n += "_p" + std::to_string(c.page_size);
     return n;
+}
+
+/* One test per (length, visibility) where runs are split (harness.h). */
+std::vector<DecodeCase> split_case(const DecodeCase &c) {
+    std::vector<DecodeCase> v;
+    for (int32_t len : c.lens)
+        for (Vis vis : c.vis) v.push_back({c.f, c.attn, {len}, {vis}, c.page_size});
+    return v;
 }
 
 class Decode : public BackendParamTest<DecodeCase> {};

@@ -15,13 +15,30 @@ using namespace gokvtest;
 
 namespace {
 
+struct Shape {
+    int32_t prefix, T; /* cached tokens, then T new ones that attend */
+};
+const Shape kShapes[] = {{0, 1}, {0, 37}, {150, 50}, {64, 128}, {3, 200}};
+constexpr int32_t kNumShapes = (int32_t)(sizeof kShapes / sizeof kShapes[0]);
+
 struct PrefillCase {
     Fmt f;
     Attn attn; /* MHA (2q/2kv d64), GQA (8q/2kv d64) or MLA (4q over 96, V = first 64) */
     int32_t page_size = 0; /* 0: PoolCfg's (64) */
+    int32_t shape = -1;    /* an index into kShapes, or -1: every shape */
 };
 std::string case_name(const PrefillCase &c) {
-    return fmt_name(c.f) + "_" + kAttnNames[c.attn] + (c.page_size ? "_p" + std::to_string(c.page_size) : "");
+    std::string n = fmt_name(c.f) + "_" + kAttnNames[c.attn] + (c.page_size ? "_p" + std::to_string(c.page_size) : "");
+    if (c.shape >= 0)
+        n += "_prefix" + std::to_string(kShapes[c.shape].prefix) + "_T" + std::to_string(kShapes[c.shape].T);
+    return n;
+}
+
+/* One test per shape where runs are split (harness.h). */
+std::vector<PrefillCase> split_case(const PrefillCase &c) {
+    std::vector<PrefillCase> v;
+    for (int32_t i = 0; i < kNumShapes; i++) v.push_back({c.f, c.attn, c.page_size, i});
+    return v;
 }
 
 class Prefill : public BackendParamTest<PrefillCase> {};
@@ -37,10 +54,9 @@ TEST_P(Prefill, MatchesReferenceAndCpu) {
     if (p.attn == GQA) { c.n_kv_heads = 2; base.n_heads_q = 8; c.d_k = c.d_v = 64; }
     if (p.attn == MLA) { c.n_kv_heads = 1; base.n_heads_q = 4; c.d_k = 96; c.d_v = 64; c.v_is_k_prefix = 1; }
     if (p.page_size) c.page_size = p.page_size;
-    struct Shape {
-        int32_t prefix, T;
-    };
-    for (const Shape &sh : {Shape{0, 1}, Shape{0, 37}, Shape{150, 50}, Shape{64, 128}, Shape{3, 200}}) {
+    for (int32_t si = 0; si < kNumShapes; si++) {
+        if (p.shape >= 0 && si != p.shape) continue;
+        const Shape &sh = kShapes[si];
         const uint32_t seed = (uint32_t)(p.f.format * 7777 + p.f.residual * 13 + p.attn * 101 + sh.prefix + sh.T);
         const std::string shape = " prefix " + std::to_string(sh.prefix) + " T " + std::to_string(sh.T);
         Pair pair;
