@@ -100,6 +100,8 @@ enum {
     GOKV_CAP_MLA = 1u << 4,
     GOKV_CAP_HOLES = 1u << 5,
     GOKV_CAP_BASELINE = 1u << 6, /* GOKV_ATTEND_DEQUANT_BASELINE is available */
+    GOKV_CAP_MASS = 1u << 7,     /* gokv_attend_desc.mass (attention mass output) */
+    GOKV_CAP_KV_HEAD_MASKS = 1u << 8, /* GOKV_ATTEND_MASK_PER_KV_HEAD */
 };
 
 typedef struct gokv_device_info {
@@ -201,6 +203,10 @@ enum {
     GOKV_ATTEND_DEQUANT_BASELINE = 1u << 0,
     /* Use the plain scalar kernels even where a SIMD path exists (tests compare the two). */
     GOKV_ATTEND_FORCE_SCALAR = 1u << 1,
+    /* valid_mask holds one mask per kv head (per-kv-head eviction: H2O, SnapKV): sequence i's words at
+     * valid_indptr[i] are n_kv_heads masks of W_i = ceil(kv_len[i] / 32) words each, kv head h's starting
+     * at word valid_indptr[i] + h * W_i; a query head sees token t only if its kv head's bit t is set. */
+    GOKV_ATTEND_MASK_PER_KV_HEAD = 1u << 2,
 };
 
 /*
@@ -236,6 +242,15 @@ typedef struct gokv_attend_desc {
     int32_t window;               /* sliding window W, 0 = none */
     int32_t chunk_size;           /* split-K chunk C in tokens, 0 = backend default (512) */
     uint32_t flags;               /* GOKV_ATTEND_* */
+    /* Attention mass (optional; NULL = none), what H2O and SnapKV rank tokens by: for sequence i, kv head h
+     * and token t < kv_len[i], mass[off_i + h * kv_len[i] + t] (off_i = Σ_{j<i} n_kv_heads · kv_len[j]) is
+     * the softmax probability of t summed over h's query heads and over the counted query rows of sequence
+     * i, the learned sink in each denominator (so one row's mass over all tokens is its heads' 1 - sink
+     * share). Tokens no counted row sees get 0; every element is written. mass_rows = 0 counts every query
+     * row of the call; R > 0 counts only each sequence's last min(R, rows) rows (SnapKV's observation
+     * window). Computed in the same call as out; not with GOKV_ATTEND_DEQUANT_BASELINE. */
+    float *mass;
+    int32_t mass_rows;
 } gokv_attend_desc;
 gokv_status gokv_attend(gokv_device *dev, const gokv_attend_desc *desc);
 

@@ -354,9 +354,11 @@ static gokv_status validate_attend_seqs(const char *op, const gokv_pool *pool, c
         if (pool->layout.kivi && kv > 0 && (st = check_slot(op, pool, d->residual_slot, s))) return st;
         if (d->valid_mask) {
             const int64_t words = d->valid_indptr[s + 1] - d->valid_indptr[s];
-            if (words * 32 < kv)
-                FAIL(GOKV_EINVAL, "%s: valid_mask of sequence %d has %lld words, %d tokens need %d", op, s,
-                     (long long)words, kv, (kv + 31) / 32);
+            const int64_t masks = (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) ? pool->layout.n_kv_heads : 1;
+            if (words < masks * (((int64_t)kv + 31) / 32))
+                FAIL(GOKV_EINVAL, "%s: valid_mask of sequence %d has %lld words, %d tokens need %lld (%lld mask%s of %d)",
+                     op, s, (long long)words, kv, (long long)(masks * ((kv + 31) / 32)), (long long)masks,
+                     masks > 1 ? "s, one per kv head," : "", (kv + 31) / 32);
         }
     }
     return GOKV_OK;
@@ -372,8 +374,13 @@ gokv_status gokv_validate_attend(const char *op, gokv_device *dev, const gokv_at
     if (!pool) FAIL(GOKV_EINVAL, "%s: pool is NULL", op);
     if (pool->dev != dev) FAIL(GOKV_EINVAL, "%s: pool belongs to another device", op);
     if (d->n_seqs < 0) FAIL(GOKV_EINVAL, "%s: n_seqs %d is negative", op, d->n_seqs);
-    if (d->flags & ~(uint32_t)(GOKV_ATTEND_DEQUANT_BASELINE | GOKV_ATTEND_FORCE_SCALAR))
+    if (d->flags & ~(uint32_t)(GOKV_ATTEND_DEQUANT_BASELINE | GOKV_ATTEND_FORCE_SCALAR | GOKV_ATTEND_MASK_PER_KV_HEAD))
         FAIL(GOKV_EINVAL, "%s: flags 0x%x has unknown bits", op, d->flags);
+    if ((d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) && !d->valid_mask)
+        FAIL(GOKV_EINVAL, "%s: GOKV_ATTEND_MASK_PER_KV_HEAD without valid_mask", op);
+    if (d->mass_rows < 0) FAIL(GOKV_EINVAL, "%s: mass_rows %d is negative", op, d->mass_rows);
+    if (d->mass && (d->flags & GOKV_ATTEND_DEQUANT_BASELINE))
+        FAIL(GOKV_EINVAL, "%s: mass is not computed by the dequantize-then-attend baseline", op);
     const gokv_layout *L = &pool->layout;
     if (d->n_heads_q < 1 || d->n_heads_q > MAX_HEADS * 16 || d->n_heads_q % L->n_kv_heads != 0)
         FAIL(GOKV_EINVAL, "%s: n_heads_q %d is not a positive multiple of the pool's %d kv heads", op, d->n_heads_q,

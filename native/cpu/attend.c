@@ -668,6 +668,8 @@ static plan make_plan(const attend_ctx *c, cut k) {
 
 gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_attend_desc *d) {
     cpu_device *dev = dev_;
+    if (d->mass || (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD))
+        return gokv_set_error(GOKV_ENOTSUP, "gokv_attend: %s: attention mass and per-kv-head masks are not implemented yet", "cpu");
     if (d->flags & GOKV_ATTEND_DEQUANT_BASELINE) return cpu_attend_dequant_baseline(dev, pool, L, d);
     attend_ctx c = {0};
     c.d = d;

@@ -385,6 +385,8 @@ static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_d
 gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv_attend_desc *d) {
     vkb_device *dev = dev_;
     vkb_pool *pool = pool_;
+    if (d->mass || (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD))
+        return gokv_set_error(GOKV_ENOTSUP, "gokv_attend: %s: attention mass and per-kv-head masks are not implemented yet", "vulkan");
     if (d->n_seqs == 0 || d->q_indptr[d->n_seqs] == 0) return GOKV_OK;
     attend_job j;
     gokv_status st = attend_prepare(dev, pool, L, d, &j);

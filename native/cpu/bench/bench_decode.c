@@ -102,7 +102,7 @@ static double bench_time(gokv_device *dev, bench_case *c, uint32_t flags, int re
     const int kivi = c->format == GOKV_FORMAT_KIVI2 || c->format == GOKV_FORMAT_KIVI4;
     gokv_attend_desc ad = {sizeof ad, c->pool, 1, c->q_ind, c->p_ind, c->ids, &c->S, &c->qpos,
                            kivi ? &c->slot : NULL, NULL, NULL, BENCH_HQ, c->q, c->out,
-                           1.0f / sqrtf((float)BENCH_D), NULL, 4, 0, 0, flags};
+                           1.0f / sqrtf((float)BENCH_D), NULL, 4, 0, 0, flags, NULL, 0};
     double t[64];
     if (reps > 64) reps = 64;
     if (gokv_attend(dev, &ad) != GOKV_OK) {

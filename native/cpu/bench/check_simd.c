@@ -438,7 +438,7 @@ static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32
         out[c] = malloc(sizeof(float) * T * Hq * dv);
         gokv_cpu_set_simd_limit(c == 2 ? GOKV_CPU_AVX2 : 100);
         gokv_attend_desc ad = {sizeof ad, pool, 1, qind, pind, ids, &S, &qpos, gokv_format_is_kivi(format) ? &slot : NULL,
-                               NULL, NULL, Hq, q, out[c], 1.0f / sqrtf((float)dk), NULL, 4, window, 0, flags[c]};
+                               NULL, NULL, Hq, q, out[c], 1.0f / sqrtf((float)dk), NULL, 4, window, 0, flags[c], NULL, 0};
         if (gokv_attend(dev, &ad) != GOKV_OK) {
             fprintf(stderr, "attend: %s\n", gokv_last_error());
             return 1;
