@@ -11,6 +11,7 @@ import "C"
 import (
 	"math"
 	"runtime"
+	"strconv"
 	"unsafe"
 )
 
@@ -102,8 +103,29 @@ func checkAttend(op string, dev *Device, b *AttendBatch) error {
 			return err
 		}
 	}
+	if b.Flags&AttendMaskPerKVHead != 0 && b.ValidMask == nil {
+		return newError(op, codeInvalid, "Flags has AttendMaskPerKVHead but ValidMask is nil")
+	}
 	if b.HeadsQ > math.MaxInt32 {
 		return newError(op, codeInvalid, "HeadsQ is too large")
+	}
+	if b.MassRows < 0 || b.MassRows > math.MaxInt32 {
+		return newError(op, codeInvalid, "MassRows "+strconv.Itoa(b.MassRows)+" must be in [0, 2^31-1] (0 = every row)")
+	}
+	if b.Mass != nil {
+		if b.Flags&AttendDequantBaseline != 0 {
+			return newError(op, codeInvalid, "Mass is not computed by the dequantize-then-attend baseline (AttendDequantBaseline)")
+		}
+		// Σ KVHeads*KVLen[i] elements are written: negative lengths are left to the C core's validation,
+		// which rejects them before anything is written.
+		want := int64(0)
+		for _, kv := range b.KVLen {
+			want += int64(max(kv, 0)) * int64(pd.KVHeads)
+		}
+		if int64(len(b.Mass)) != want {
+			return newError(op, codeInvalid, "len(Mass) = "+strconv.Itoa(len(b.Mass))+", want KVHeads "+
+				strconv.Itoa(pd.KVHeads)+" * sum(KVLen) = "+strconv.FormatInt(want, 10))
+		}
 	}
 	return nil
 }
@@ -131,5 +153,7 @@ func (b *AttendBatch) cDesc(pin *runtime.Pinner) C.gokv_attend_desc {
 		window:        C.int32_t(clampInt32(b.Window)),
 		chunk_size:    C.int32_t(clampInt32(b.ChunkSize)),
 		flags:         C.uint32_t(b.Flags),
+		mass:          ptrOf[float32, C.float](pin, b.Mass),
+		mass_rows:     C.int32_t(clampInt32(b.MassRows)),
 	}
 }

@@ -359,3 +359,50 @@ func TestAppendAttendDecodeLoop(t *testing.T) {
 		})
 	}
 }
+
+// TestAttendMassAndKVHeadMaskChecks: Mass must hold KVHeads*KVLen elements per sequence, MassRows must
+// not be negative, and AttendMaskPerKVHead needs a mask: a wrong batch is an *Error naming the field,
+// never a native call that writes past a slice.
+func TestAttendMassAndKVHeadMaskChecks(t *testing.T) {
+	dev := openCPU(t)
+	rng := rand.New(rand.NewPCG(21, 22))
+	c := newCache(t, dev, withFormat(testGeometries[0].desc, FormatF32), []int{10, 37}, rng)
+	hkv := c.desc.KVHeads
+	cases := []struct {
+		name string
+		edit func(b *AttendBatch)
+		want string
+	}{
+		{"mass short", func(b *AttendBatch) { b.Mass = make([]float32, hkv*47-1) }, "len(Mass)"},
+		{"mass long", func(b *AttendBatch) { b.Mass = make([]float32, hkv*47+1) }, "len(Mass)"},
+		{"mass rows negative", func(b *AttendBatch) { b.Mass = make([]float32, hkv*47); b.MassRows = -1 }, "MassRows"},
+		{"mass with baseline", func(b *AttendBatch) { b.Mass = make([]float32, hkv*47); b.Flags |= AttendDequantBaseline }, "baseline"},
+		{"per-kv-head flag without mask", func(b *AttendBatch) { b.Flags |= AttendMaskPerKVHead }, "ValidMask is nil"},
+		{"per-kv-head mask too short", func(b *AttendBatch) {
+			b.Flags |= AttendMaskPerKVHead
+			b.ValidMask = make([]uint32, 2+2) // one mask per sequence, not one per kv head
+			b.ValidIndptr = []int32{0, 1, 4}
+			if hkv == 1 {
+				b.ValidMask, b.ValidIndptr = make([]uint32, 1), []int32{0, 0, 1}
+			}
+		}, "valid_mask"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := buildAttend(c, attendCase{}, 2*hkv, rng)
+			tc.edit(&in.batch)
+			err := Attend(dev, in.batch)
+			var e *Error
+			require.True(t, errors.As(err, &e), "%v", err)
+			assert.ErrorIs(t, err, ErrInvalid)
+			assert.Contains(t, e.Msg, tc.want)
+		})
+	}
+	info, err := dev.Info()
+	require.NoError(t, err)
+	if !info.Caps.Has(CapMass) {
+		in := buildAttend(c, attendCase{}, 2*hkv, rng)
+		in.batch.Mass = make([]float32, hkv*47)
+		assert.ErrorIs(t, Attend(dev, in.batch), ErrNotSupported, "a backend without CapMass refuses Mass")
+	}
+}

@@ -68,6 +68,8 @@ const (
 	CapMLA          Caps = 1 << 4
 	CapHoles        Caps = 1 << 5
 	CapBaseline     Caps = 1 << 6 // AttendDequantBaseline is available
+	CapMass         Caps = 1 << 7 // AttendBatch.Mass (attention mass output, what H2O and SnapKV rank by)
+	CapKVHeadMasks  Caps = 1 << 8 // AttendMaskPerKVHead (one validity mask per kv head)
 )
 
 // Has reports whether every bit of c2 is in c.
@@ -169,6 +171,11 @@ const (
 	AttendDequantBaseline AttendFlags = 1 << 0
 	// AttendForceScalar uses the plain scalar kernels even where a SIMD path exists.
 	AttendForceScalar AttendFlags = 1 << 1
+	// AttendMaskPerKVHead: ValidMask holds one mask per kv head (per-kv-head eviction: H2O, SnapKV).
+	// Sequence i's words at ValidIndptr[i] are KVHeads masks of W_i = ceil(KVLen[i]/32) words each, kv
+	// head h's starting at word ValidIndptr[i] + h*W_i; a query head sees token t only if its kv head's
+	// bit t is set.
+	AttendMaskPerKVHead AttendFlags = 1 << 2
 )
 
 // DefaultChunkSize is the split-K chunk the backends use when AttendBatch.ChunkSize is 0.
@@ -189,11 +196,17 @@ const DefaultChunkSize = 512
 //	PageIDs              [PageIndptr[n]], -1 = released page
 //	KVLen, QPos          [n]
 //	ResidualSlot         [n] for KIVI formats, nil otherwise
-//	ValidMask            [ValidIndptr[n]] bit t%32 of word t/32 per sequence, or nil (all valid)
+//	ValidMask            [ValidIndptr[n]] bit t%32 of word t/32 per sequence, or nil (all valid); with
+//	                     AttendMaskPerKVHead, KVHeads masks of ceil(KVLen[i]/32) words per sequence
 //	ValidIndptr          [n+1] word offsets into ValidMask; nil when ValidMask is nil
 //	Q                    [rows, HeadsQ, d_k]
 //	Out                  [rows, HeadsQ, d_v] (written)
 //	SinkLogits           [HeadsQ] learned sink logits, or nil
+//	Mass                 [Σ_i KVHeads*KVLen[i]] (written), or nil: the attention mass of sequence i, kv
+//	                     head h and token t at off_i + h*KVLen[i] + t (off_i = Σ_{j<i} KVHeads*KVLen[j]),
+//	                     the softmax probability of t summed over h's query heads and over the counted
+//	                     rows (MassRows = 0: all rows of the call; R > 0: each sequence's last min(R, rows)
+//	                     rows), learned sink in the denominator; 0 for tokens no counted row sees
 type AttendBatch struct {
 	Pool         *Pool
 	QIndptr      []int32
@@ -213,6 +226,8 @@ type AttendBatch struct {
 	Window       int // sliding window W, 0 = none
 	ChunkSize    int // split-K chunk in tokens, 0 = DefaultChunkSize
 	Flags        AttendFlags
+	Mass         []float32 // attention mass output (needs CapMass), or nil; not with AttendDequantBaseline
+	MassRows     int       // query rows counted in Mass per sequence: 0 = all, R > 0 = the last min(R, rows)
 }
 
 // LayoutSizes is what a pool of one description allocates (gokv_layout_sizes): the C core's layout,
