@@ -36,8 +36,11 @@ enum {
     PREFILL_TILE_VECTORS = 64,
     SPLIT_MAX_ROWS = 16,
     ITEM_MAX_HEADS = 16,
-    ITEMS_PER_WORKER = 2
+    ITEMS_PER_WORKER = 2,
+    MASS_UNIT = 2048 /* tokens of one kv head per unit of the mass pass */
 };
+/* The most floats of kept scores a call holds (256 MiB): sequences past it have their scores computed again. */
+#define MASS_STORE_MAX ((int64_t)1 << 26)
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
@@ -55,6 +58,22 @@ typedef struct tile {
     int64_t part; /* first chunk's partials of this kv head */
 } tile;
 
+/* Attention mass (gokv_attend_desc.mass), per sequence: the counted rows are the last `counted` of its rows
+ * (first_q = (rows - counted) * G is the first counted query vector of its row tile). A sequence whose rows
+ * form one split tile (decode, short prefills) keeps its counted queries' raw scores while it is attended
+ * (store >= 0, the float offset of [kv head][counted query][token] in the call's store, masked tokens -inf);
+ * the others' scores are computed again by the mass pass (store < 0). */
+typedef struct mass_seq {
+    int32_t rows, counted, first_q;
+    int64_t store;
+    int64_t mass; /* its first element in d->mass */
+} mass_seq;
+
+/* A work unit of the mass pass: tokens [t0, t1) of kv head h of sequence seq. */
+typedef struct mass_unit {
+    int32_t seq, h, t0, t1;
+} mass_unit;
+
 typedef struct attend_ctx {
     const gokv_attend_desc *d;
     const gokv_layout *L;
@@ -65,6 +84,12 @@ typedef struct attend_ctx {
     work_item *items;
     tile *tiles;
     float *parts;       /* partial (m, l, o[d_v]) per query vector of split items */
+    /* attention mass (d->mass; NULL otherwise): the final log-sum-exp of every query row and head, the counted
+     * rows' raw scores of the sequences that keep them, and the per-sequence plan (mass_seq) */
+    float *lse;         /* [rows][n_heads_q]; +inf where the query saw nothing */
+    float *store;       /* kept scores: sequence s's at mseq[s].store, [kv head][counted query][token] */
+    mass_seq *mseq;
+    mass_unit *units;
     uint8_t *scratch;   /* per-worker scratch: one part per kv head of an item, then the block's scores */
     size_t scratch_bytes, head_scratch_bytes, scores_at;
 } attend_ctx;
@@ -101,15 +126,22 @@ static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
     return s;
 }
 
-static inline int token_valid(const gokv_attend_desc *d, int32_t seq, int32_t t) {
-    if (!d->valid_mask) return 1;
-    const uint32_t w = d->valid_mask[d->valid_indptr[seq] + (t >> 5)];
-    return (w >> (t & 31)) & 1u;
+/* The validity mask words of kv head h of sequence seq (GOKV_ATTEND_MASK_PER_KV_HEAD: one mask of
+ * ceil(kv_len / 32) words per kv head; else one for all), NULL without masks. */
+static inline const uint32_t *head_mask(const gokv_attend_desc *d, int32_t seq, int32_t h) {
+    if (!d->valid_mask) return NULL;
+    const uint32_t *w = d->valid_mask + d->valid_indptr[seq];
+    if (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) w += (size_t)h * (size_t)(((int64_t)d->kv_len[seq] + 31) >> 5);
+    return w;
 }
 
-/* Sets s[i][t] = -inf where query i (position pos[i]) must not see token base + t, or where the token lies
- * outside [lo, hi) or is a hole. */
-static void mask_block(const attend_ctx *c, int32_t seq, const scratch *sc, int32_t nq, int32_t base, int32_t n,
+static inline int token_valid(const uint32_t *mask, int32_t t) {
+    return !mask || ((mask[t >> 5] >> (t & 31)) & 1u);
+}
+
+/* Sets s[i][t] = -inf where query i (position pos[i]) must not see token base + t of kv head h, or where the
+ * token lies outside [lo, hi) or is a hole (in h's own mask with per-kv-head masks). */
+static void mask_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, int32_t base, int32_t n,
                        int32_t lo, int32_t hi) {
     const gokv_attend_desc *d = c->d;
     int32_t min_pos = sc->pos[0], max_pos = sc->pos[0];
@@ -122,9 +154,10 @@ static void mask_block(const attend_ctx *c, int32_t seq, const scratch *sc, int3
     const int in_range = base >= lo && last < hi && !d->valid_mask && last <= min_pos;
     const int in_window = d->window == 0 || (int64_t)base > (int64_t)max_pos - d->window || last < d->n_sink_tokens;
     if (in_range && in_window) return;
+    const uint32_t *mask = head_mask(d, seq, h);
     for (int32_t t = 0; t < n; t++) {
         const int32_t tok = base + t;
-        const int ok = tok >= lo && tok < hi && token_valid(d, seq, tok);
+        const int ok = tok >= lo && tok < hi && token_valid(mask, tok);
         for (int32_t i = 0; i < nq; i++) {
             const int32_t p = sc->pos[i];
             const int vis = ok && tok <= p && (d->window == 0 || (int64_t)tok > (int64_t)p - d->window || tok < d->n_sink_tokens);
@@ -300,6 +333,20 @@ static block kivi_block(const gokv_layout *L, const cpu_pool *pool, const int32_
     return b;
 }
 
+/* Attention mass: copies the scores of the counted queries of block b of kv head h (masked: -inf where a query
+ * does not see the token) into the sequence's store, for its tokens in [lo, hi) (the others belong to another
+ * chunk's item, or are not visible). */
+static void keep_scores(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b) {
+    const mass_seq *ms = &c->mseq[seq];
+    if (ms->store < 0) return;
+    const int32_t a = b->base > b->lo ? b->base : b->lo, e = b->base + b->n < b->hi ? b->base + b->n : b->hi;
+    if (a >= e) return;
+    const int64_t kv = c->d->kv_len[seq], nqc = (int64_t)ms->counted * c->G;
+    float *dst = c->store + ms->store + (int64_t)h * nqc * kv + a;
+    for (int32_t i = ms->first_q; i < nq; i++)
+        memcpy(dst + (i - ms->first_q) * kv, sc->s + (size_t)i * CPU_BLOCK + (a - b->base), (size_t)(e - a) * sizeof(float));
+}
+
 /* Scores, masks and accumulates block b for kv head h into its scratch: a ring block or a KIVI block
  * (attend_rows takes the per-token formats). */
 static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
@@ -309,7 +356,8 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
     if (!b->page) { /* KIVI residual ring: fp16 rows */
         cpu_rows rk = cpu_ring_rows(L, ring, h, 0, b->slot, b->n);
         k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, NULL, nq, sc->s, CPU_BLOCK);
-        mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
+        mask_block(c, seq, h, sc, nq, b->base, b->n, b->lo, b->hi);
+        if (c->store) keep_scores(c, seq, h, sc, nq, b);
         if (softmax_block(c, sc, nq, b->n)) {
             cpu_rows rv = cpu_ring_rows(L, ring, h, 1, b->slot, b->n);
             k->accum_rows[CPU_ENC_F16](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
@@ -329,7 +377,8 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
             const cpu_chan ch = kivi_block_group(L, b, h, t0);
             k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s + t0, CPU_BLOCK);
         }
-        mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
+        mask_block(c, seq, h, sc, nq, b->base, b->n, b->lo, b->hi);
+        if (c->store) keep_scores(c, seq, h, sc, nq, b);
         if (!softmax_block(c, sc, nq, b->n)) return;
         if (!L->v_is_k_prefix) {
             k->accum_rows[cpu_row_enc(L->format)](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
@@ -345,7 +394,7 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
 
 /* The same for block b of a per-token format, whose rows for this kv head are r; next, when not NULL, holds
  * the hints of what comes next in walk order. */
-static void attend_rows(const attend_ctx *c, int32_t seq, const scratch *sc, int32_t nq, const block *b,
+static void attend_rows(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
                         const head_rows *r, const head_rows *next) {
     const gokv_layout *L = c->L;
     const cpu_kernels *k = c->k;
@@ -359,7 +408,8 @@ static void attend_rows(const attend_ctx *c, int32_t seq, const scratch *sc, int
     }
     k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
-    mask_block(c, seq, sc, nq, b->base, b->n, b->lo, b->hi);
+    mask_block(c, seq, h, sc, nq, b->base, b->n, b->lo, b->hi);
+    if (c->store) keep_scores(c, seq, h, sc, nq, b);
     if (softmax_block(c, sc, nq, b->n))
         k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
     else if (rv.pf)
@@ -426,7 +476,7 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
                 block_head_rows(c, &nb, it->kvh, nxt);
                 have_cur = 1;
             }
-            attend_rows(c, seq, &sc[i], nq, &b, cur, have_cur ? nxt : NULL);
+            attend_rows(c, seq, it->kvh + i, &sc[i], nq, &b, cur, have_cur ? nxt : NULL);
             head_rows *const tmp = cur;
             cur = nxt, nxt = tmp;
         }
@@ -464,36 +514,51 @@ static float sum_row(const float *x, int32_t n) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/* Loads the queries of rows [row0, row0 + nrows) of sequence seq for kv head kvh into s: scaled q, positions,
+ * and for per-token quantized formats the groups' Σq (and q4_prep's pieces). Query vector i = r * G + g. */
+static void load_queries(const attend_ctx *c, scratch *s, int32_t seq, int32_t kvh, int32_t row0, int32_t nrows) {
+    const gokv_attend_desc *d = c->d;
+    const gokv_layout *L = c->L;
+    const int32_t G = c->G, nq = nrows * G, dk = L->d_k;
+    const int32_t qrow0 = d->q_indptr[seq] + row0;
+    for (int32_t r = 0; r < nrows; r++)
+        for (int32_t g = 0; g < G; g++) {
+            const int32_t i = r * G + g;
+            scale_row(s->q + (size_t)i * dk, d->q + ((size_t)(qrow0 + r) * d->n_heads_q + (size_t)kvh * G + g) * dk, dk,
+                      d->scale);
+            s->pos[i] = d->q_pos[seq] + row0 + r;
+        }
+    if (L->group && !L->kivi) { /* Σ q over each group, for the bias term of per-token formats */
+        const int32_t ng = dk / L->group;
+        for (int32_t i = 0; i < nq; i++)
+            for (int32_t j = 0; j < ng; j++) s->qsum[(size_t)i * ng + j] = sum_row(s->q + (size_t)i * dk + j * L->group, L->group);
+        if (c->k->q4_prep && cpu_row_enc(L->format) == CPU_ENC_Q4) c->k->q4_prep(s->q, dk, nq, dk, L->group, s->prep);
+    }
+}
+
+/* The log-sum-exp of a query's final softmax, the learned sink in it: M + log(l e^(m - M) + e^(σ - M)); +inf
+ * when the query saw nothing (l = 0: every probability is 0). */
+static float final_lse(float m, float l, int has_sink, float sigma) {
+    if (l == 0.0f) return INFINITY;
+    const float M = has_sink && sigma > m ? sigma : m;
+    return M + logf(l * expf(m - M) + (has_sink ? expf(sigma - M) : 0.0f));
+}
+
 static void run_item(void *ctx_, int64_t index, int32_t worker) {
     const attend_ctx *c = ctx_;
     const work_item *it = &c->items[index];
     const gokv_attend_desc *d = c->d;
     const gokv_layout *L = c->L;
-    const int32_t G = c->G, nq = it->nrows * G, dk = L->d_k, dv = L->d_v;
+    const int32_t G = c->G, nq = it->nrows * G, dv = L->d_v;
     scratch sc[ITEM_MAX_HEADS];
     const int32_t qrow0 = d->q_indptr[it->seq] + it->row0;
     for (int32_t hh = 0; hh < it->nkvh; hh++) {
-        const int32_t kvh = it->kvh + hh;
         scratch *s = &sc[hh];
         *s = carve(c->scratch + (size_t)worker * c->scratch_bytes + (size_t)hh * c->head_scratch_bytes, L, c->nq_max);
         s->s = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->scores_at);
-        for (int32_t r = 0; r < it->nrows; r++)
-            for (int32_t g = 0; g < G; g++) {
-                const int32_t i = r * G + g;
-                scale_row(s->q + (size_t)i * dk, d->q + ((size_t)(qrow0 + r) * d->n_heads_q + (size_t)kvh * G + g) * dk,
-                          dk, d->scale);
-                s->pos[i] = d->q_pos[it->seq] + it->row0 + r;
-                s->m[i] = -INFINITY;
-                s->l[i] = 0.0f;
-            }
+        load_queries(c, s, it->seq, it->kvh + hh, it->row0, it->nrows);
+        for (int32_t i = 0; i < nq; i++) s->m[i] = -INFINITY, s->l[i] = 0.0f;
         memset(s->o, 0, (size_t)nq * dv * sizeof *s->o);
-        if (L->group && !L->kivi) { /* Σ q over each group, for the bias term of per-token formats */
-            const int32_t ng = dk / L->group;
-            for (int32_t i = 0; i < nq; i++)
-                for (int32_t j = 0; j < ng; j++)
-                    s->qsum[(size_t)i * ng + j] = sum_row(s->q + (size_t)i * dk + j * L->group, L->group);
-            if (c->k->q4_prep && cpu_row_enc(L->format) == CPU_ENC_Q4) c->k->q4_prep(s->q, dk, nq, dk, L->group, s->prep);
-        }
     }
     /* walk this chunk of the concatenated visible ranges */
     seg segs[2];
@@ -525,6 +590,9 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
                 float *out = d->out + ((size_t)(qrow0 + r) * d->n_heads_q + head) * dv;
                 finalize(out, s->o + (size_t)i * dv, s->m[i], s->l[i], d->sink_logits != NULL,
                          d->sink_logits ? d->sink_logits[head] : 0.0f, dv);
+                if (c->lse)
+                    c->lse[(size_t)(qrow0 + r) * d->n_heads_q + head] =
+                        final_lse(s->m[i], s->l[i], d->sink_logits != NULL, d->sink_logits ? d->sink_logits[head] : 0.0f);
             }
     }
 }
@@ -551,6 +619,7 @@ static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
             }
             if (M == -INFINITY) { /* nothing visible in any chunk */
                 memset(out, 0, (size_t)dv * sizeof *out);
+                if (c->lse) c->lse[(size_t)(qrow0 + r) * d->n_heads_q + head] = INFINITY;
                 continue;
             }
             if (has_sink && sigma > M) M = sigma;
@@ -565,7 +634,140 @@ static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
             }
             const float inv = 1.0f / den;
             for (int32_t v = 0; v < dv; v++) out[v] *= inv;
+            if (c->lse) c->lse[(size_t)(qrow0 + r) * d->n_heads_q + head] = M + logf(den);
         }
+}
+
+/* ---- attention mass (gokv_attend_desc.mass): after the attention and its reduce, when every query's final
+ * log-sum-exp (lse) is known. A unit takes tokens [t0, t1) of one kv head of one sequence and writes each of
+ * their mass elements once: Σ over the counted queries of e^(s - lse) (masked and unseen tokens 0). ---- */
+
+/* Adds x[0..n) to acc[0..n) (restrict: the compiler may vectorize it). */
+static void add_row(float *restrict acc, const float *restrict x, int32_t n) {
+    for (int32_t t = 0; t < n; t++) acc[t] += x[t];
+}
+
+/* Scores block b of kv head h (its masked scores in sc->s, as the attention walk computes them). */
+static void score_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
+                        const uint8_t *ring) {
+    const gokv_layout *L = c->L;
+    const cpu_kernels *k = c->k;
+    if (!b->page) {
+        cpu_rows rk = cpu_ring_rows(L, ring, h, 0, b->slot, b->n);
+        k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, NULL, nq, sc->s, CPU_BLOCK);
+    } else if (L->kivi) {
+        for (int32_t t0 = 0; t0 < b->n; t0 += L->group) {
+            const cpu_chan ch = kivi_block_group(L, b, h, t0);
+            k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s + t0, CPU_BLOCK);
+        }
+    } else {
+        const int32_t enc = cpu_row_enc(L->format);
+        cpu_rows rk = block_rows(L, b, h, 0);
+        rk.pf = NULL;
+        k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq,
+                           sc->s, CPU_BLOCK);
+    }
+    mask_block(c, seq, h, sc, nq, b->base, b->n, b->lo, b->hi);
+}
+
+/* The mass of tokens [lo, hi) of kv head h from queries sc (nq of them, lse[i] their log-sum-exps), computed
+ * again from the pages: the walk of attend_range without its values, into mass (the sequence's head's, by
+ * token). */
+static void mass_recompute(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const float *lse,
+                           int32_t lo, int32_t hi, float *mass) {
+    const gokv_attend_desc *d = c->d;
+    const gokv_layout *L = c->L;
+    const int32_t P = L->page_size, kv_len = d->kv_len[seq];
+    const int32_t *ids = d->page_ids + d->page_indptr[seq];
+    const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
+    const uint8_t *ring = L->kivi && kv_len > n_quant ? cpu_ring(c->pool, L, d->residual_slot[seq]) : NULL;
+    int32_t t = lo;
+    while (t < hi) {
+        const int32_t id = ids[t / P], slot = t % P, page_end = t - slot + P;
+        if (id < 0) {
+            t = page_end;
+            continue;
+        }
+        block b;
+        if (t >= n_quant) {
+            const int32_t r = t % L->ring_rows;
+            int32_t n = hi - t;
+            n = n < L->ring_rows - r ? n : L->ring_rows - r;
+            n = n < CPU_BLOCK ? n : CPU_BLOCK;
+            n = n < page_end - t ? n : page_end - t;
+            b = (block){t, n, lo, hi, t + n, NULL, r, NULL, n};
+        } else if (L->kivi) {
+            b = kivi_block(L, c->pool, ids, t, n_quant < hi ? n_quant : hi);
+        } else {
+            b = page_block(L, c->pool, ids, t, lo, hi);
+        }
+        score_block(c, seq, h, sc, nq, &b, ring);
+        const int32_t a = t, e = b.next; /* the block's tokens in the range (a KIVI block starts at its group) */
+        for (int32_t i = 0; i < nq; i++) {
+            if (lse[i] == INFINITY) continue;
+            float *si = sc->s + (size_t)i * CPU_BLOCK;
+            c->k->exp_sum(si, b.n, lse[i]);
+            add_row(mass + a, si + (a - b.base), e - a);
+        }
+        t = b.next;
+    }
+}
+
+static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
+    const attend_ctx *c = ctx_;
+    const mass_unit *u = &c->units[index];
+    const gokv_attend_desc *d = c->d;
+    const mass_seq *ms = &c->mseq[u->seq];
+    const int32_t G = c->G, kv_len = d->kv_len[u->seq], P = c->L->page_size;
+    const int32_t *ids = d->page_ids + d->page_indptr[u->seq];
+    float *mass = d->mass + ms->mass + (int64_t)u->h * kv_len; /* by token */
+    memset(mass + u->t0, 0, (size_t)(u->t1 - u->t0) * sizeof(float));
+    if (ms->counted == 0) return;
+    const int32_t row_first = ms->rows - ms->counted;
+    const float *lse_seq = c->lse + (size_t)(d->q_indptr[u->seq] + row_first) * d->n_heads_q;
+    if (ms->store >= 0) { /* the scores kept by the walk, over the tokens it walked */
+        const int64_t nqc = (int64_t)ms->counted * G;
+        float *kept = c->store + ms->store + (int64_t)u->h * nqc * kv_len;
+        seg segs[2];
+        const int32_t n_segs = gokv_visible_ranges(d, kv_len, d->q_pos[u->seq], d->q_pos[u->seq] + ms->rows - 1, segs);
+        for (int32_t sg = 0; sg < n_segs; sg++) {
+            const int32_t lo = segs[sg].lo > u->t0 ? segs[sg].lo : u->t0, hi = segs[sg].hi < u->t1 ? segs[sg].hi : u->t1;
+            for (int32_t t = lo; t < hi;) {
+                const int32_t page_end = t - t % P + P, e = page_end < hi ? page_end : hi;
+                if (ids[t / P] >= 0)
+                    for (int32_t i = 0; i < nqc; i++) {
+                        const float l = lse_seq[(size_t)(i / G) * d->n_heads_q + (size_t)u->h * G + i % G];
+                        if (l == INFINITY) continue;
+                        float *x = kept + i * kv_len + t;
+                        c->k->exp_sum(x, e - t, l);
+                        add_row(mass + t, x, e - t);
+                    }
+                t = e;
+            }
+        }
+        return;
+    }
+    /* scores computed again, the counted rows in groups of at most nq_max query vectors */
+    scratch sc = carve(c->scratch + (size_t)worker * c->scratch_bytes, c->L, c->nq_max);
+    sc.s = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->scores_at);
+    float *lse = sc.m; /* the queries' log-sum-exps */
+    const int32_t group_rows = c->nq_max / G;
+    for (int32_t r0 = row_first; r0 < ms->rows; r0 += group_rows) {
+        const int32_t nr = ms->rows - r0 < group_rows ? ms->rows - r0 : group_rows, nq = nr * G;
+        seg segs[2];
+        const int32_t p0 = d->q_pos[u->seq] + r0;
+        const int32_t n_segs = gokv_visible_ranges(d, kv_len, p0, p0 + nr - 1, segs);
+        int any = 0;
+        for (int32_t sg = 0; sg < n_segs; sg++) any |= segs[sg].lo < u->t1 && segs[sg].hi > u->t0;
+        if (!any) continue;
+        load_queries(c, &sc, u->seq, u->h, r0, nr);
+        for (int32_t i = 0; i < nq; i++)
+            lse[i] = lse_seq[(size_t)(r0 - row_first + i / G) * d->n_heads_q + (size_t)u->h * G + i % G];
+        for (int32_t sg = 0; sg < n_segs; sg++) {
+            const int32_t lo = segs[sg].lo > u->t0 ? segs[sg].lo : u->t0, hi = segs[sg].hi < u->t1 ? segs[sg].hi : u->t1;
+            if (lo < hi) mass_recompute(c, u->seq, u->h, &sc, nq, lse, lo, hi, mass);
+        }
+    }
 }
 
 /* Visible length of the tile of nrows query rows from row0 of sequence seq. */
@@ -666,10 +868,35 @@ static plan make_plan(const attend_ctx *c, cut k) {
     return pl;
 }
 
+/* The mass pass's plan (d->mass): which sequences keep their scores (split tiles, while the store stays under
+ * MASS_STORE_MAX floats), the store's and the lse's floats, and the units; fills c->mseq and c->units when they
+ * are set. */
+typedef struct mass_plan {
+    int64_t n_units, store_floats, lse_floats;
+} mass_plan;
+
+static mass_plan plan_mass(const attend_ctx *c) {
+    const gokv_attend_desc *d = c->d;
+    const int32_t H = c->L->n_kv_heads;
+    mass_plan mp = {0, 0, (int64_t)d->q_indptr[d->n_seqs] * d->n_heads_q};
+    int64_t off = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s], kv = d->kv_len[s];
+        const int32_t counted = d->mass_rows == 0 || d->mass_rows > rows ? rows : d->mass_rows;
+        const int64_t floats = (int64_t)H * counted * c->G * kv;
+        const int keep = rows > 0 && rows <= SPLIT_MAX_ROWS && mp.store_floats + floats <= MASS_STORE_MAX;
+        if (c->mseq) c->mseq[s] = (mass_seq){rows, counted, (rows - counted) * c->G, keep ? mp.store_floats : -1, off};
+        if (keep) mp.store_floats += floats;
+        off += (int64_t)H * kv;
+        for (int32_t h = 0; h < H; h++)
+            for (int32_t t0 = 0; t0 < kv; t0 += MASS_UNIT, mp.n_units++)
+                if (c->units) c->units[mp.n_units] = (mass_unit){s, h, t0, kv - t0 < MASS_UNIT ? kv : t0 + MASS_UNIT};
+    }
+    return mp;
+}
+
 gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_attend_desc *d) {
     cpu_device *dev = dev_;
-    if (d->mass || (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD))
-        return gokv_set_error(GOKV_ENOTSUP, "gokv_attend: %s: attention mass and per-kv-head masks are not implemented yet", "cpu");
     if (d->flags & GOKV_ATTEND_DEQUANT_BASELINE) return cpu_attend_dequant_baseline(dev, pool, L, d);
     attend_ctx c = {0};
     c.d = d;
@@ -682,12 +909,18 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     const int32_t n_workers = cpu_threadpool_size(dev->tp);
     const cut k = plan_cut(d, L, n_workers, c.rows_per_tile);
     const plan pl = make_plan(&c, k); /* counts */
+    const mass_plan mp = d->mass ? plan_mass(&c) : (mass_plan){0, 0, 0};
     c.nq_max = pl.max_rows * c.G;
     c.head_scratch_bytes = scratch_size(L, c.nq_max);
     c.scores_at = c.head_scratch_bytes * (size_t)k.hpi;
     c.scratch_bytes = c.scores_at + align_up((size_t)c.nq_max * CPU_BLOCK * sizeof(float));
+    const size_t mass_bytes = d->mass ? align_up((size_t)d->n_seqs * sizeof(mass_seq)) +
+                                            align_up((size_t)mp.n_units * sizeof(mass_unit)) +
+                                            align_up((size_t)mp.lse_floats * sizeof(float)) +
+                                            align_up((size_t)mp.store_floats * sizeof(float))
+                                      : 0;
     const size_t need = align_up((size_t)pl.n_tiles * sizeof(tile)) + align_up((size_t)pl.n_items * sizeof(work_item)) +
-                        align_up((size_t)pl.n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers;
+                        align_up((size_t)pl.n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + mass_bytes;
 
     pthread_mutex_lock(&dev->mu);
     if (!cpu_buffer_reserve(&dev->ws, &dev->ws_bytes, need)) {
@@ -698,11 +931,19 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.tiles = (tile *)base, base += align_up((size_t)pl.n_tiles * sizeof(tile));
     c.items = (work_item *)base, base += align_up((size_t)pl.n_items * sizeof(work_item));
     c.parts = (float *)base, base += align_up((size_t)pl.n_part * sizeof(float));
-    c.scratch = base;
+    c.scratch = base, base += c.scratch_bytes * (size_t)n_workers;
+    if (d->mass) {
+        c.mseq = (mass_seq *)base, base += align_up((size_t)d->n_seqs * sizeof(mass_seq));
+        c.units = (mass_unit *)base, base += align_up((size_t)mp.n_units * sizeof(mass_unit));
+        c.lse = (float *)base, base += align_up((size_t)mp.lse_floats * sizeof(float));
+        c.store = mp.store_floats > 0 ? (float *)base : NULL;
+        plan_mass(&c); /* fills */
+    }
 
     make_plan(&c, k); /* fills */
     cpu_threadpool_run(dev->tp, pl.n_items, run_item, &c);
     if (pl.n_part > 0) cpu_threadpool_run(dev->tp, pl.n_tiles, reduce_tile, &c);
+    if (d->mass) cpu_threadpool_run(dev->tp, mp.n_units, mass_unit_run, &c);
     pthread_mutex_unlock(&dev->mu);
     return GOKV_OK;
 }

@@ -231,9 +231,9 @@ double cross_attend(const Pair &p, const std::vector<AttnSeq> &seqs, const std::
     /* the CPU under test is compared with its own plain scalar path */
     AttnOpts oc = o;
     if (dut_is_cpu()) oc.flags |= GOKV_ATTEND_FORCE_SCALAR;
-    const double e_vk = check_attend(dut(), p.dut, seqs, q, o, tol, what + " [" + dut_name() + "]", &co.dut);
+    const double e_vk = check_attend(dut(), p.dut, seqs, q, o, tol, what + " [" + dut_name() + "]", &co.dut, &co.dut_mass);
     const double e_cpu = check_attend(cpu_device(), p.cpu, cs, q, oc, tol,
-                                      what + (dut_is_cpu() ? " [cpu, scalar]" : " [cpu]"), &co.cpu);
+                                      what + (dut_is_cpu() ? " [cpu, scalar]" : " [cpu]"), &co.cpu, &co.cpu_mass);
     if (!std::isfinite(e_vk) || !std::isfinite(e_cpu)) return std::numeric_limits<double>::infinity();
     double ref_gap = 0.0;
     if (!same_reads) {
@@ -241,6 +241,26 @@ double cross_attend(const Pair &p, const std::vector<AttnSeq> &seqs, const std::
         ref_attend(p.dut.cfg, seqs, q, o, rv);
         ref_attend(p.cpu.cfg, cs, q, o, rc);
         ref_gap = rel_err_d(rv, rc);
+    }
+    if (o.mass && co.dut_mass.size() == co.cpu_mass.size()) {
+        std::vector<double> rv, rc, mv, mc;
+        if (!same_reads) {
+            ref_attend(p.dut.cfg, seqs, q, o, rv, nullptr, &mv);
+            ref_attend(p.cpu.cfg, cs, q, o, rc, nullptr, &mc);
+        }
+        size_t bad = 0;
+        std::string first;
+        for (size_t i = 0; i < co.dut_mass.size(); i++) {
+            const double b = co.cpu_mass[i], scale = std::max(1.0, std::fabs(b));
+            const double gap = same_reads ? 0.0 : std::fabs(mv[i] - mc[i]);
+            const double bound = dut_is_cpu() ? 1e-5 * scale : 2 * tol * scale + gap;
+            const double diff = std::fabs((double)co.dut_mass[i] - b);
+            if (!(diff <= bound) && bad++ == 0)
+                first = "element " + std::to_string(i) + ": " + std::to_string(co.dut_mass[i]) + " vs " + std::to_string(b) +
+                        " (bound " + std::to_string(bound) + ")";
+        }
+        EXPECT_EQ(bad, 0u) << what << ": mass, " << dut_name() << " vs cpu" << (dut_is_cpu() ? " (scalar)" : "")
+                           << " on the same input: " << bad << " elements out of bounds; first: " << first;
     }
     const double cross = rel_err(co.dut, co.cpu);
     /* the CPU's SIMD and scalar paths read the same bytes: only float rounding may separate them */
@@ -328,6 +348,8 @@ void expect_read_parity(const Pair &p, const std::string &what) {
         expect_seq_parity(p.cpu.pool.get(), p.cpu.cfg, p.cpu.seqs[i], 0, p.dut.kdq[i], p.dut.vdq[i], p.cpu.kdq[i],
                           p.cpu.vdq[i], what + " sequence " + std::to_string(i));
 }
+
+bool dut_has_caps(uint32_t caps) { return (device_info(dut()).caps & caps) == caps; }
 
 gokv_device_info device_info(gokv_device *dev) {
     gokv_device_info info;

@@ -164,11 +164,15 @@ AttnSeq rebind(AttnSeq a, const Cache &c, size_t i);
 
 /* Runs seqs (built against p.dut; src[i] is the cache sequence of seqs[i]) on both backends and checks:
  * each against the float64 reference over its own read-back (tol; every output written, rows that see
- * nothing exactly zero), and the backend under test against the CPU (the bound above). Returns
- * rel_err(dut, cpu). */
+ * nothing exactly zero), and the backend under test against the CPU (the bound above). With o.mass, the
+ * attention mass too (check_attend's checks on each; between the two, per element, 2·tol·max(1, |cpu|) + the
+ * two references' gap; the CPU against its scalar path 1e-5·max(1, |cpu|)). Returns rel_err(dut, cpu). */
 struct CrossOut {
     std::vector<float> dut, cpu;
+    std::vector<float> dut_mass, cpu_mass; /* with o.mass */
 };
+/* Whether the backend under test has the capability bit(s) caps (GOKV_CAP_*) in its device info. */
+bool dut_has_caps(uint32_t caps);
 double cross_attend(const Pair &p, const std::vector<AttnSeq> &seqs, const std::vector<size_t> &src,
                     const std::vector<float> &q, const AttnOpts &o, double tol, const std::string &what,
                     CrossOut *out = nullptr);

@@ -312,8 +312,15 @@ float eff_scale(const PoolCfg &c, const AttnOpts &o) {
     return o.scale != 0.0f ? o.scale : (float)(1.0 / std::sqrt((double)c.d_k));
 }
 
+size_t mass_size(const PoolCfg &c, const std::vector<AttnSeq> &seqs) {
+    size_t n = 0;
+    for (const auto &s : seqs) n += (size_t)c.n_kv_heads * (size_t)s.kv_len;
+    return n;
+}
+
 gokv_status attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const std::vector<AttnSeq> &seqs,
-                   const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out) {
+                   const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out, std::vector<float> *mass) {
+    const bool per_head = (o.flags & GOKV_ATTEND_MASK_PER_KV_HEAD) != 0;
     std::vector<int32_t> qind{0}, pind{0}, pids, kvl, qpos, slots, vind{0};
     std::vector<uint32_t> mask;
     bool any_mask = false;
@@ -327,7 +334,7 @@ gokv_status attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const st
         slots.push_back(s.slot);
         if (any_mask) {
             if (s.mask.empty())
-                mask.insert(mask.end(), (size_t)((s.kv_len + 31) / 32), 0xffffffffu);
+                mask.insert(mask.end(), (size_t)((s.kv_len + 31) / 32) * (per_head ? (size_t)c.n_kv_heads : 1u), 0xffffffffu);
             else
                 mask.insert(mask.end(), s.mask.begin(), s.mask.end());
             vind.push_back((int32_t)mask.size());
@@ -356,36 +363,49 @@ gokv_status attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const st
     a.window = o.window;
     a.chunk_size = o.chunk;
     a.flags = o.flags;
+    if (o.mass && mass) {
+        mass->assign(mass_size(c, seqs), std::numeric_limits<float>::quiet_NaN());
+        a.mass = mass->data();
+        a.mass_rows = o.mass_rows;
+    }
     return gokv_attend(dev, &a);
 }
 
-bool ref_visible(const AttnSeq &s, int32_t page_size, int32_t t, int32_t p, const AttnOpts &o) {
+bool ref_visible(const AttnSeq &s, int32_t page_size, int32_t t, int32_t p, const AttnOpts &o, int32_t kvh) {
     if (t >= s.kv_len || t > p) return false;
     if (s.pages[(size_t)(t / page_size)] < 0) return false;
-    if (!s.mask.empty() && !((s.mask[(size_t)(t / 32)] >> (t % 32)) & 1u)) return false;
+    const size_t words = (o.flags & GOKV_ATTEND_MASK_PER_KV_HEAD) ? (size_t)kvh * (size_t)((s.kv_len + 31) / 32) : 0;
+    if (!s.mask.empty() && !((s.mask[words + (size_t)(t / 32)] >> (t % 32)) & 1u)) return false;
     if (o.window > 0 && !(t > p - o.window || t < o.n_sink_tokens)) return false;
     return true;
 }
 
 void ref_attend(const PoolCfg &c, const std::vector<AttnSeq> &seqs, const std::vector<float> &q,
-                const AttnOpts &o, std::vector<double> &out, std::vector<int32_t> *n_visible) {
+                const AttnOpts &o, std::vector<double> &out, std::vector<int32_t> *n_visible, std::vector<double> *mass,
+                std::vector<double> *sink_share) {
     const int32_t Hq = o.n_heads_q, Hkv = c.n_kv_heads, dk = c.d_k, dv = c.d_v;
     const int32_t group = Hq / Hkv;
     const double alpha = (double)eff_scale(c, o);
     const int32_t rows = total_rows(seqs);
     out.assign((size_t)rows * (size_t)Hq * (size_t)dv, 0.0);
     if (n_visible) n_visible->assign((size_t)rows * (size_t)Hq, 0);
+    if (mass) mass->assign(mass_size(c, seqs), 0.0);
+    if (sink_share) sink_share->assign((size_t)rows * (size_t)Hq, 1.0);
     int32_t row = 0;
+    size_t moff = 0;
     std::vector<double> s, acc((size_t)dv);
     std::vector<int32_t> vis;
     for (const auto &sq : seqs) {
         for (int32_t r = 0; r < sq.n_rows; r++, row++) {
             const int32_t p = sq.q_pos + r;
-            vis.clear();
-            for (int32_t t = 0; t < sq.kv_len; t++)
-                if (ref_visible(sq, c.page_size, t, p, o)) vis.push_back(t);
+            const bool counted = mass && mass_counts_row(r, sq.n_rows, o.mass_rows);
             for (int32_t h = 0; h < Hq; h++) {
                 const int32_t kvh = h / group;
+                if (h % group == 0) {
+                    vis.clear();
+                    for (int32_t t = 0; t < sq.kv_len; t++)
+                        if (ref_visible(sq, c.page_size, t, p, o, kvh)) vis.push_back(t);
+                }
                 const float *qh = &q[((size_t)row * (size_t)Hq + (size_t)h) * (size_t)dk];
                 double *oh = &out[((size_t)row * (size_t)Hq + (size_t)h) * (size_t)dv];
                 if (n_visible) (*n_visible)[(size_t)row * (size_t)Hq + (size_t)h] = (int32_t)vis.size();
@@ -409,11 +429,27 @@ void ref_attend(const PoolCfg &c, const std::vector<AttnSeq> &seqs, const std::v
                     const float *vt = &(*sq.v)[((size_t)vis[i] * (size_t)Hkv + (size_t)kvh) * (size_t)dv];
                     for (int32_t j = 0; j < dv; j++) acc[(size_t)j] += e * (double)vt[j];
                 }
-                if (has_sink) l += std::exp((double)o.sinks[(size_t)h] - m);
+                const double sink_e = has_sink ? std::exp((double)o.sinks[(size_t)h] - m) : 0.0;
+                l += sink_e;
                 for (int32_t j = 0; j < dv; j++) oh[j] = acc[(size_t)j] / l;
+                if (sink_share) (*sink_share)[(size_t)row * (size_t)Hq + (size_t)h] = sink_e / l;
+                if (counted)
+                    for (size_t i = 0; i < vis.size(); i++)
+                        (*mass)[moff + (size_t)kvh * (size_t)sq.kv_len + (size_t)vis[i]] += std::exp(s[i] - m) / l;
             }
         }
+        moff += (size_t)Hkv * (size_t)sq.kv_len;
     }
+}
+
+double mass_err(const std::vector<float> &a, const std::vector<double> &b) {
+    if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+    double e = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = std::fabs((double)a[i] - b[i]) / std::max(1.0, std::fabs(b[i]));
+        if (!(d <= e)) e = d; /* NaN propagates as failure */
+    }
+    return e;
 }
 
 double rel_err(const std::vector<float> &a, const std::vector<double> &b) {
@@ -449,10 +485,12 @@ bool all_finite(const std::vector<float> &a) {
 }
 
 double check_attend(gokv_device *dev, const Cache &c, const std::vector<AttnSeq> &seqs, const std::vector<float> &q,
-                    const AttnOpts &o, double tol, const std::string &what, std::vector<float> *out_ret) {
-    std::vector<float> out;
-    gokv_status st = attend(dev, c.pool.get(), c.cfg, seqs, q, o, out);
+                    const AttnOpts &o, double tol, const std::string &what, std::vector<float> *out_ret,
+                    std::vector<float> *mass_ret) {
+    std::vector<float> out, mass;
+    gokv_status st = attend(dev, c.pool.get(), c.cfg, seqs, q, o, out, &mass);
     if (out_ret) *out_ret = out;
+    if (mass_ret) *mass_ret = mass;
     if (st != GOKV_OK) {
         ADD_FAILURE() << what << ": gokv_attend: " << gokv_status_name(st) << ": " << gokv_last_error();
         return std::numeric_limits<double>::infinity();
@@ -460,9 +498,9 @@ double check_attend(gokv_device *dev, const Cache &c, const std::vector<AttnSeq>
     size_t unwritten = 0;
     for (float x : out) unwritten += !std::isfinite(x);
     EXPECT_EQ(unwritten, 0u) << what << ": output elements left unwritten (NaN poison) or non-finite";
-    std::vector<double> ref;
+    std::vector<double> ref, ref_mass, share;
     std::vector<int32_t> nvis;
-    ref_attend(c.cfg, seqs, q, o, ref, &nvis);
+    ref_attend(c.cfg, seqs, q, o, ref, &nvis, o.mass ? &ref_mass : nullptr, o.mass ? &share : nullptr);
     size_t nonzero_empty = 0;
     for (size_t rh = 0; rh < nvis.size(); rh++) {
         if (nvis[rh] != 0) continue;
@@ -471,6 +509,36 @@ double check_attend(gokv_device *dev, const Cache &c, const std::vector<AttnSeq>
     EXPECT_EQ(nonzero_empty, 0u) << what << ": a query that sees no token must output exact zeros";
     const double e = rel_err(out, ref);
     EXPECT_LE(e, tol) << what << ": kernel vs float64 reference";
+    if (!o.mass) return e;
+    size_t mass_unwritten = 0, unseen_nonzero = 0;
+    for (size_t i = 0; i < mass.size(); i++) {
+        mass_unwritten += !std::isfinite(mass[i]);
+        unseen_nonzero += ref_mass[i] == 0.0 && mass[i] != 0.0f;
+    }
+    EXPECT_EQ(mass_unwritten, 0u) << what << ": mass elements left unwritten (NaN poison) or non-finite";
+    EXPECT_EQ(unseen_nonzero, 0u) << what << ": tokens that no counted query sees must have mass exactly 0";
+    EXPECT_LE(mass_err(mass, ref_mass), tol) << what << ": mass vs float64 reference (error / max(1, reference))";
+    /* Σ_t mass of each kv head = Σ over its counted queries of (1 - sink share) */
+    const int32_t Hq = o.n_heads_q, Hkv = c.cfg.n_kv_heads, G = Hq / Hkv;
+    size_t moff = 0;
+    int32_t row = 0;
+    for (size_t si = 0; si < seqs.size() && mass.size() == ref_mass.size(); si++) {
+        const AttnSeq &sq = seqs[si];
+        for (int32_t h = 0; h < Hkv; h++) {
+            double sum = 0.0, want = 0.0;
+            int32_t n = 0;
+            for (int32_t t = 0; t < sq.kv_len; t++) sum += mass[moff + (size_t)h * (size_t)sq.kv_len + (size_t)t];
+            for (int32_t r = 0; r < sq.n_rows; r++)
+                if (mass_counts_row(r, sq.n_rows, o.mass_rows))
+                    for (int32_t g = 0; g < G; g++, n++)
+                        want += 1.0 - share[(size_t)(row + r) * (size_t)Hq + (size_t)(h * G + g)];
+            EXPECT_NEAR(sum, want, tol * std::max(1, n))
+                << what << ": sequence " << si << " kv head " << h << ": Σ_t mass vs the counted queries' "
+                << n << " probabilities less their sink shares";
+        }
+        moff += (size_t)Hkv * (size_t)sq.kv_len;
+        row += sq.n_rows;
+    }
     return e;
 }
 

@@ -133,7 +133,9 @@ struct AttnSeq {
     int32_t q_pos = 0;
     int32_t slot = -1;
     std::vector<int32_t> pages;  /* as passed to gokv_attend (-1 = released) */
-    std::vector<uint32_t> mask;  /* validity words; empty = all valid */
+    std::vector<uint32_t> mask;  /* validity words; empty = all valid. With GOKV_ATTEND_MASK_PER_KV_HEAD in the
+                                  * call's flags: n_kv_heads masks of ceil(kv_len / 32) words, kv head h's at
+                                  * h * ceil(kv_len / 32) */
     const std::vector<float> *k = nullptr, *v = nullptr; /* dequantized K/V for the reference */
 };
 /* Decode (n_rows == 1) or prefill (n_rows rows ending at the last token) of sequence i of a cache. */
@@ -147,19 +149,35 @@ struct AttnOpts {
     int32_t window = 0;
     int32_t chunk = 0;
     uint32_t flags = 0;
+    bool mass = false;         /* ask for the attention mass (gokv_attend_desc.mass) */
+    int32_t mass_rows = 0;     /* gokv_attend_desc.mass_rows */
 };
+/* Elements of a call's mass output: Σ_i n_kv_heads · kv_len[i]. */
+size_t mass_size(const PoolCfg &c, const std::vector<AttnSeq> &seqs);
 int32_t total_rows(const std::vector<AttnSeq> &seqs);
 float eff_scale(const PoolCfg &c, const AttnOpts &o);
 
-/* Calls gokv_attend; out is resized and poisoned with NaN first. */
+/* Calls gokv_attend; out is resized and poisoned with NaN first. With o.mass, mass (required then) is
+ * resized to mass_size and poisoned too, and the call computes it. */
 gokv_status attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const std::vector<AttnSeq> &seqs,
-                   const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out);
+                   const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out,
+                   std::vector<float> *mass = nullptr);
 
 /* The float64 reference of docs/architecture.md §5 over the AttnSeqs' K/V; n_visible[row*Hq+h] counts visible
- * tokens. */
-bool ref_visible(const AttnSeq &s, int32_t page_size, int32_t t, int32_t p, const AttnOpts &o);
+ * tokens. ref_visible: whether a query at position p of kv head kvh sees token t (kvh matters with per-kv-head
+ * masks only). mass: the attention mass as gokv.h defines it (per sequence, kv head and token: the softmax
+ * probabilities, learned sink in each denominator, summed over the kv head's query heads and the counted rows:
+ * all with o.mass_rows = 0, else each sequence's last min(mass_rows, rows)); sink_share[row*Hq+h]: the
+ * learned sink's probability, e^σ / (Σ e^s + e^σ) (0 without sinks, 1 for a query that sees nothing: its
+ * tokens' probabilities sum to 1 - its share). */
+bool ref_visible(const AttnSeq &s, int32_t page_size, int32_t t, int32_t p, const AttnOpts &o, int32_t kvh = 0);
 void ref_attend(const PoolCfg &c, const std::vector<AttnSeq> &seqs, const std::vector<float> &q,
-                const AttnOpts &o, std::vector<double> &out, std::vector<int32_t> *n_visible = nullptr);
+                const AttnOpts &o, std::vector<double> &out, std::vector<int32_t> *n_visible = nullptr,
+                std::vector<double> *mass = nullptr, std::vector<double> *sink_share = nullptr);
+/* Whether row r (of rows) of a sequence is counted in the mass under mass_rows. */
+inline bool mass_counts_row(int32_t r, int32_t rows, int32_t mass_rows) {
+    return mass_rows == 0 || r >= rows - mass_rows;
+}
 
 /* Relative error = max_i |a_i - b_i| / max(max_i |b_i|, 1e-30): the worst absolute deviation measured
  * against the largest reference magnitude (outputs are convex combinations of values, so O(1) scale). */
@@ -169,9 +187,15 @@ double cosine(const std::vector<double> &a, const std::vector<double> &b);
 bool all_finite(const std::vector<float> &a);
 
 /* Runs attend and checks it against the reference: status ok, every output written and finite, rows
- * that see nothing exactly zero, rel_err <= tol. Returns the rel_err (or +inf on failure). */
+ * that see nothing exactly zero, rel_err <= tol. With o.mass, the mass too: every element written, each within
+ * tol · max(1, reference) of the reference (tokens no counted query sees exactly 0), and each kv head's sum
+ * over its tokens equal to Σ over its counted queries of (1 - sink share), within tol per query. Returns the
+ * rel_err of the outputs (or +inf on failure); mass_ret receives the mass. */
 double check_attend(gokv_device *dev, const Cache &c, const std::vector<AttnSeq> &seqs, const std::vector<float> &q,
-                    const AttnOpts &o, double tol, const std::string &what, std::vector<float> *out_ret = nullptr);
+                    const AttnOpts &o, double tol, const std::string &what, std::vector<float> *out_ret = nullptr,
+                    std::vector<float> *mass_ret = nullptr);
+/* max_i |a_i - b_i| / max(1, |b_i|): the mass's error (absolute for elements up to 1, one probability). */
+double mass_err(const std::vector<float> &a, const std::vector<double> &b);
 
 /* Raw storage access: fp16 at byte offset, and codes. */
 float half_at(const uint8_t *p, uint64_t off);
