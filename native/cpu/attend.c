@@ -725,23 +725,26 @@ static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
     if (ms->counted == 0) return;
     const int32_t row_first = ms->rows - ms->counted;
     const float *lse_seq = c->lse + (size_t)(d->q_indptr[u->seq] + row_first) * d->n_heads_q;
-    if (ms->store >= 0) { /* the scores kept by the walk, over the tokens it walked */
+    if (ms->store >= 0) { /* the scores kept by the walk, over the tokens it walked: read, not written back */
+        float *buf = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->scores_at);
         const int64_t nqc = (int64_t)ms->counted * G;
-        float *kept = c->store + ms->store + (int64_t)u->h * nqc * kv_len;
+        const float *kept = c->store + ms->store + (int64_t)u->h * nqc * kv_len;
         seg segs[2];
         const int32_t n_segs = gokv_visible_ranges(d, kv_len, d->q_pos[u->seq], d->q_pos[u->seq] + ms->rows - 1, segs);
         for (int32_t sg = 0; sg < n_segs; sg++) {
             const int32_t lo = segs[sg].lo > u->t0 ? segs[sg].lo : u->t0, hi = segs[sg].hi < u->t1 ? segs[sg].hi : u->t1;
             for (int32_t t = lo; t < hi;) {
                 const int32_t page_end = t - t % P + P, e = page_end < hi ? page_end : hi;
-                if (ids[t / P] >= 0)
+                for (int32_t t1 = t; ids[t / P] >= 0 && t1 < e; t1 += CPU_BLOCK) { /* a block at a time through buf */
+                    const int32_t n = e - t1 < CPU_BLOCK ? e - t1 : CPU_BLOCK;
                     for (int32_t i = 0; i < nqc; i++) {
                         const float l = lse_seq[(size_t)(i / G) * d->n_heads_q + (size_t)u->h * G + i % G];
                         if (l == INFINITY) continue;
-                        float *x = kept + i * kv_len + t;
-                        c->k->exp_sum(x, e - t, l);
-                        add_row(mass + t, x, e - t);
+                        memcpy(buf, kept + i * kv_len + t1, (size_t)n * sizeof(float));
+                        c->k->exp_sum(buf, n, l);
+                        add_row(mass + t1, buf, n);
                     }
+                }
                 t = e;
             }
         }

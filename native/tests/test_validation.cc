@@ -7,6 +7,7 @@
  */
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -477,6 +478,19 @@ TEST_P(CallValidation, AttendRejects) {
         a.valid_mask = mask.data();
         a.valid_indptr = vind.data();
         ASSERT_EQ(gokv_attend(dut(), &a), GOKV_OK) << gokv_last_error();
+        /* the mass output and per-kv-head masks (2 kv heads: 8 + 6 words), accepted where the backend has them */
+        std::vector<float> mass((size_t)c.cfg.n_kv_heads * (size_t)(seqs[0].kv_len + seqs[1].kv_len), 7.0f);
+        std::vector<uint32_t> head_masks(14, 0xffffffffu);
+        std::vector<int32_t> head_vind{0, 8, 14};
+        if (dut_has_caps(GOKV_CAP_MASS | GOKV_CAP_KV_HEAD_MASKS)) {
+            a = make();
+            a.mass = mass.data();
+            a.mass_rows = 2;
+            a.valid_mask = head_masks.data();
+            a.valid_indptr = head_vind.data();
+            a.flags = GOKV_ATTEND_MASK_PER_KV_HEAD;
+            ASSERT_EQ(gokv_attend(dut(), &a), GOKV_OK) << gokv_last_error();
+        }
         struct Case {
             const char *what;
             std::function<void(gokv_attend_desc &)> edit;
@@ -517,6 +531,12 @@ TEST_P(CallValidation, AttendRejects) {
             {"kv_len beyond the table", [&](gokv_attend_desc &) { kvl[1] += 2 * c.cfg.page_size; }, GOKV_EINVAL, "page"},
             {"valid_mask too short", [&](gokv_attend_desc &a) { a.valid_mask = mask.data(); vind = {0, 4, 5}; a.valid_indptr = vind.data(); }, GOKV_EINVAL, "valid_mask"},
             {"valid_mask without indptr", [&](gokv_attend_desc &a) { a.valid_mask = mask.data(); a.valid_indptr = nullptr; }, GOKV_EINVAL, "valid_indptr"},
+            {"negative mass_rows", [&](gokv_attend_desc &a) { a.mass = mass.data(); a.mass_rows = -1; }, GOKV_EINVAL, "mass_rows"},
+            {"negative mass_rows without mass", [&](gokv_attend_desc &a) { a.mass_rows = -3; }, GOKV_EINVAL, "mass_rows"},
+            {"mass with the baseline flag", [&](gokv_attend_desc &a) { a.mass = mass.data(); a.flags = GOKV_ATTEND_DEQUANT_BASELINE; }, GOKV_EINVAL, "mass"},
+            {"per-kv-head flag without a mask", [&](gokv_attend_desc &a) { a.flags = GOKV_ATTEND_MASK_PER_KV_HEAD; }, GOKV_EINVAL, "valid_mask"},
+            {"per-kv-head mask too short (one mask per sequence)", [&](gokv_attend_desc &a) { a.flags = GOKV_ATTEND_MASK_PER_KV_HEAD; a.valid_mask = mask.data(); a.valid_indptr = vind.data(); }, GOKV_EINVAL, "valid_mask"},
+            {"per-kv-head mask a word short", [&](gokv_attend_desc &a) { a.flags = GOKV_ATTEND_MASK_PER_KV_HEAD; a.valid_mask = head_masks.data(); head_vind = {0, 8, 13}; a.valid_indptr = head_vind.data(); }, GOKV_EINVAL, "valid_mask"},
         };
         if (c.cfg.kivi()) {
             cases.push_back({"NULL residual_slot", [](gokv_attend_desc &a) { a.residual_slot = nullptr; }, GOKV_EINVAL, "residual_slot"});
@@ -527,7 +547,11 @@ TEST_P(CallValidation, AttendRejects) {
             gokv_attend_desc d = make();
             cs.edit(d);
             std::fill(out.begin(), out.end(), 7.0f);
+            std::fill(mass.begin(), mass.end(), 7.0f);
             expect_error(gokv_attend(dut(), &d), cs.want, cs.needle, what);
+            EXPECT_TRUE(std::all_of(mass.begin(), mass.end(), [](float x) { return x == 7.0f; }))
+                << what << ": a rejected call wrote the mass";
+            head_vind = {0, 8, 14};
             /* restore the shared arrays */
             std::mt19937 r2(2);
             q = gen_normal(r2, (size_t)rows * Hq * (size_t)c.cfg.d_k);

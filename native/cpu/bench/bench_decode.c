@@ -11,7 +11,10 @@
  * Build by hand (roofline.c is part of the library in CMake; cgo's unity file may or may not hold it):
  *   gcc -std=c11 -O2 -I bridge -I native/cpu native/cpu/bench/bench_decode.c native/cpu/roofline.c \
  *       bridge/gokv_core.c bridge/gokv_layout.c bridge/gokv_validate.c bridge/gokv_unity.c -lm -lpthread
- * Usage: bench_decode [S ...] [-f f16,q4,kivi2,q8] [-t threads] [-n reps] [-noscalar] [-nobaseline] [-avx2]
+ * With -mass, each case is also timed with the attention mass output (gokv_attend_desc.mass, every token of
+ * every kv head), and the ratio to the call without it is printed (columns "mass ms" and "x mass").
+ *
+ * Usage: bench_decode [S ...] [-f f16,q4,kivi2,q8] [-t threads] [-n reps] [-noscalar] [-nobaseline] [-avx2] [-mass]
  *                     [-bw GB/s] [-peak GFLOP/s] (skip the measurements); BENCH_CPU=1 also prints CPU ms per call
  */
 #define _GNU_SOURCE
@@ -97,12 +100,13 @@ static void bench_teardown(bench_case *c) {
     free(c->ids), free(c->q), free(c->out);
 }
 
-/* Median ms of reps calls with the given flags (after one warm-up call). */
-static double bench_time(gokv_device *dev, bench_case *c, uint32_t flags, int reps) {
+/* Median ms of reps calls with the given flags (after one warm-up call); with mass (BENCH_HKV * S floats),
+ * the calls compute the attention mass too. */
+static double bench_time_mass(gokv_device *dev, bench_case *c, uint32_t flags, int reps, float *mass) {
     const int kivi = c->format == GOKV_FORMAT_KIVI2 || c->format == GOKV_FORMAT_KIVI4;
     gokv_attend_desc ad = {sizeof ad, c->pool, 1, c->q_ind, c->p_ind, c->ids, &c->S, &c->qpos,
                            kivi ? &c->slot : NULL, NULL, NULL, BENCH_HQ, c->q, c->out,
-                           1.0f / sqrtf((float)BENCH_D), NULL, 4, 0, 0, flags, NULL, 0};
+                           1.0f / sqrtf((float)BENCH_D), NULL, 4, 0, 0, flags, mass, 0};
     double t[64];
     if (reps > 64) reps = 64;
     if (gokv_attend(dev, &ad) != GOKV_OK) {
@@ -120,6 +124,10 @@ static double bench_time(gokv_device *dev, bench_case *c, uint32_t flags, int re
                 (bench_now() - w0) * 1e3 / reps);
     qsort(t, (size_t)reps, sizeof *t, bench_cmp);
     return t[reps / 2];
+}
+
+static double bench_time(gokv_device *dev, bench_case *c, uint32_t flags, int reps) {
+    return bench_time_mass(dev, c, flags, reps, NULL);
 }
 
 /* Bytes a decode call must read: every visible token's stored K and V (codes, scales, biases; KIVI's
@@ -140,7 +148,7 @@ static double bench_bytes(const bench_case *c) {
 }
 
 int main(int argc, char **argv) {
-    int32_t sizes[16], n_sizes = 0, threads = 2, reps = 0, scalar = 1, baseline = 1;
+    int32_t sizes[16], n_sizes = 0, threads = 2, reps = 0, scalar = 1, baseline = 1, with_mass = 0;
     double gbps = 0.0, gflops = 0.0; /* measured unless given (-bw, -peak) */
     const char *formats = "f16,q8,q4,kivi2";
     for (int i = 1; i < argc; i++) {
@@ -151,6 +159,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-peak") && i + 1 < argc) gflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "-noscalar")) scalar = 0;
         else if (!strcmp(argv[i], "-nobaseline")) baseline = 0;
+        else if (!strcmp(argv[i], "-mass")) with_mass = 1;
         else if (!strcmp(argv[i], "-avx2")) gokv_cpu_set_simd_limit(GOKV_CPU_AVX2); /* the AVX2 kernels here */
         else if (n_sizes < 16) sizes[n_sizes++] = atoi(argv[i]);
     }
@@ -169,8 +178,10 @@ int main(int argc, char **argv) {
            gbps, gflops);
     printf("Hq %d Hkv %d d %d, page %d, g %d, KIVI R %d; ms = median of the calls\n\n", BENCH_HQ, BENCH_HKV, BENCH_D,
            BENCH_PAGE, BENCH_G, BENCH_R);
-    printf("%-6s %7s %9s %9s %8s %8s %8s %6s %9s %7s %9s %7s\n", "format", "S", "ms", "MB", "GB/s", "GFLOP/s", "floor",
+    printf("%-6s %7s %9s %9s %8s %8s %8s %6s %9s %7s %9s %7s", "format", "S", "ms", "MB", "GB/s", "GFLOP/s", "floor",
            "frac", "baseline", "speedup", "scalar", "x");
+    if (with_mass) printf(" %9s %7s", "mass ms", "x mass");
+    printf("\n");
 
     static const struct { const char *name; int32_t format; } names[] = {
         {"f32", GOKV_FORMAT_F32}, {"f16", GOKV_FORMAT_F16}, {"q8", GOKV_FORMAT_Q8},
@@ -195,8 +206,20 @@ int main(int argc, char **argv) {
             const double floor_ms = fmax(bytes / (gbps * 1e9), flops / (gflops * 1e9)) * 1e3;
             const double base = baseline ? bench_time(dev, &c, GOKV_ATTEND_DEQUANT_BASELINE, r < 5 ? r : 5) : NAN;
             const double sc = scalar ? bench_time(dev, &c, GOKV_ATTEND_FORCE_SCALAR, sizes[si] > 40000 ? 3 : 5) : NAN;
-            printf("%-6s %7d %9.3f %9.1f %8.1f %8.1f %8.3f %6.2f %9.2f %7.1f %9.2f %7.1f\n", tok, sizes[si], ms, bytes / 1e6,
+            printf("%-6s %7d %9.3f %9.1f %8.1f %8.1f %8.3f %6.2f %9.2f %7.1f %9.2f %7.1f", tok, sizes[si], ms, bytes / 1e6,
                    bytes / (ms * 1e6), flops / (ms * 1e6), floor_ms, floor_ms / ms, base, base / ms, sc, sc / ms);
+            if (with_mass) { /* the mass call and the plain one again, alternating, so load changes hit both */
+                float *mass = malloc(sizeof(float) * BENCH_HKV * (size_t)sizes[si]);
+                double mm = 0.0, m0 = 0.0;
+                for (int k = 0; k < 3; k++) {
+                    const double a = bench_time_mass(dev, &c, 0, r, mass), b = bench_time(dev, &c, 0, r);
+                    mm = k == 0 || a < mm ? a : mm;
+                    m0 = k == 0 || b < m0 ? b : m0;
+                }
+                printf(" %9.3f %7.3f", mm, mm / (m0 < ms ? m0 : ms));
+                free(mass);
+            }
+            printf("\n");
             fflush(stdout);
             bench_teardown(&c);
         }
