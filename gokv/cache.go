@@ -36,7 +36,9 @@ type CacheOptions struct {
 	// prefills into chunks. 0 means 2048.
 	MaxStepTokens int
 	// Eviction is the eviction policy of the full-attention layers, e.g. &SinkWindow{Sinks: 4, Window:
-	// 4096}; nil keeps everything (Full). The policy is copied.
+	// 4096}, H2O{Budget: 512, Recent: 64} or SnapKV{Budget: 1024, Window: 32}; nil keeps everything
+	// (Full). The policy is copied. H2O and SnapKV need a device with attention mass output and
+	// per-kv-head masks (DeviceCaps.Mass, KVHeadMasks).
 	Eviction EvictionPolicy
 	// Scale is the attention scale α; 0 means 1/sqrt(HeadDimK) of each layer. MLA callers, whose query
 	// heads are absorbed, pass their model's own scale.
@@ -75,6 +77,7 @@ type Cache struct {
 	groups   []*layerGroup
 	layers   []*cacheLayer
 	hasKIVI  bool
+	tokens   *tokenRule // H2O or SnapKV (visibility.go), nil for Full and SinkWindow
 
 	// life is held shared by every native call on the pools, exclusively by Close. closed is written
 	// under both life and mu, so either lock makes reading it safe.
@@ -134,6 +137,12 @@ func (e *Engine) NewCache(spec ModelSpec, opts CacheOptions) (*Cache, error) {
 		return nil, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error()}
 	}
 	c := &Cache{eng: e, spec: spec, opts: opts, pageSize: opts.PageSize, seqs: make(map[int]*Sequence)}
+	if rule, _ := resolveEviction(opts.Eviction); rule.tokens != nil {
+		if err := rule.tokens.check(spec.SinkTokens); err != nil {
+			return nil, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error()}
+		}
+		c.tokens = rule.tokens
+	}
 
 	// Formats and device support, layer by layer.
 	for i, l := range spec.Layers {
@@ -276,13 +285,34 @@ func defaultCacheOptions(o *CacheOptions) error {
 	case math.IsNaN(float64(o.Scale)) || math.IsInf(float64(o.Scale), 0) || o.Scale < 0:
 		return fmt.Errorf("Scale %g must be finite and >= 0 (0 = 1/sqrt(HeadDimK))", o.Scale)
 	}
-	sw, err := resolveEviction(o.Eviction)
+	rule, err := resolveEviction(o.Eviction)
 	if err != nil {
 		return err
 	}
-	o.Eviction = nil
-	if sw != nil { // a copy: the caller may reuse its struct
-		o.Eviction = sw
+	// A copy, as a pointer: the caller may reuse its struct.
+	switch p := o.Eviction.(type) {
+	case nil:
+	case SinkWindow, *SinkWindow:
+		o.Eviction = nil
+		if rule.window != nil {
+			o.Eviction = rule.window
+		}
+	case H2O:
+		o.Eviction = &p
+	case *H2O:
+		o.Eviction = nil
+		if p != nil {
+			cp := *p
+			o.Eviction = &cp
+		}
+	case SnapKV:
+		o.Eviction = &p
+	case *SnapKV:
+		o.Eviction = nil
+		if p != nil {
+			cp := *p
+			o.Eviction = &cp
+		}
 	}
 	return nil
 }
@@ -316,6 +346,8 @@ func (c *Cache) checkLayer(i int, l LayerSpec, f Format) error {
 		{l.LearnedSinks, bridge.CapLearnedSinks, "learned sinks"},
 		{l.Kind == MLA, bridge.CapMLA, "MLA (V a prefix of K)"},
 		{c.window() != nil, bridge.CapWindow, "SinkWindow eviction (windowed attention)"},
+		{c.tokens != nil && !l.Windowed(), bridge.CapMass, "H2O and SnapKV eviction (attention mass output)"},
+		{c.tokens != nil && !l.Windowed(), bridge.CapKVHeadMasks, "H2O and SnapKV eviction (per-kv-head masks)"},
 	}
 	for _, n := range need {
 		if n.on && !info.Caps.Has(n.cap) {

@@ -174,6 +174,8 @@ type DeviceCaps struct {
 	MLA          bool // values as a prefix of the keys (DeepSeek's absorbed MLA)
 	Holes        bool // released pages inside a sequence
 	Baseline     bool // the dequantize-then-attend reference path (PagedAttend.Baseline)
+	Mass         bool // attention mass output (what H2O and SnapKV eviction rank tokens by)
+	KVHeadMasks  bool // one validity mask per kv head (what H2O and SnapKV eviction hide tokens with)
 }
 
 // Supports reports whether the device can store format f.
@@ -184,7 +186,8 @@ func deviceInfo(i bridge.DeviceInfo) DeviceInfo {
 		SubgroupSize: i.SubgroupSize, Threads: i.Threads,
 		Caps: DeviceCaps{Decode: i.Caps.Has(bridge.CapDecode), Prefill: i.Caps.Has(bridge.CapPrefill),
 			LearnedSinks: i.Caps.Has(bridge.CapLearnedSinks), Window: i.Caps.Has(bridge.CapWindow),
-			MLA: i.Caps.Has(bridge.CapMLA), Holes: i.Caps.Has(bridge.CapHoles), Baseline: i.Caps.Has(bridge.CapBaseline)}}
+			MLA: i.Caps.Has(bridge.CapMLA), Holes: i.Caps.Has(bridge.CapHoles), Baseline: i.Caps.Has(bridge.CapBaseline),
+			Mass: i.Caps.Has(bridge.CapMass), KVHeadMasks: i.Caps.Has(bridge.CapKVHeadMasks)}}
 	for _, k := range []FormatKind{F32, F16, Q8, Q4, KIVI2, KIVI4} {
 		if i.SupportsFormat(bridge.Format(k)) {
 			d.Formats = append(d.Formats, k)

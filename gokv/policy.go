@@ -3,22 +3,34 @@ package gokv
 import "fmt"
 
 // Eviction policies (docs/architecture.md §6). The cache, not the policy, enforces the sink rule: positions
-// below a group's sink count are never released, so no policy can forget it.
+// below the sink count are never released or hidden, and no policy ever sees them (or the recent window)
+// as candidates, so no policy can forget it.
 //
-// Today the policies are Full (CacheOptions.Eviction == nil: keep everything) and SinkWindow; sliding-
-// window layers (LayerSpec.Window > 0) always behave like a SinkWindow of their own width. Both release
-// whole pages only: a page is released once every token in it is outside the visible set of every future
-// query, and the attention call passes the window and sink count, so tokens of a partially released
-// region are masked exactly (the kernels see page id -1 for released pages).
+// Two kinds of policy:
+//   - Window rules: Full (CacheOptions.Eviction == nil: keep everything) and SinkWindow; sliding-window
+//     layers (LayerSpec.Window > 0) always behave like a SinkWindow of their own width. They release
+//     whole pages only: a page is released once every token in it is outside the visible set of every
+//     future query, and the attention call passes the window and sink count, so tokens of a partially
+//     released region are masked exactly (the kernels see page id -1 for released pages).
+//   - Token rules, deciding per (sequence, layer, kv head) from the attention mass the kernels output: H2O
+//     and SnapKV. They apply to the full-attention layers (sliding layers keep their window). See
+//     visibility.go for how hidden tokens become per-kv-head masks and released pages, and how that meets
+//     forks and copy-on-write.
 
 // EvictionPolicy is what CacheOptions.Eviction holds: which tokens of a sequence the cache may release.
-// SinkWindow is the policy today; H2O, SnapKV and Quest will be further implementations, so a caller's
-// code that sets a policy keeps compiling as they arrive. Its method is unexported: policies are defined
-// by this package, which enforces the sink rule itself (no policy can release a sink position).
+// The implementations are SinkWindow, H2O and SnapKV (Quest will be a further one), so a caller's code
+// that sets a policy keeps compiling as they arrive. Its method is unexported: policies are defined by
+// this package, which enforces the sink rule itself (no policy can release a sink position).
 type EvictionPolicy interface {
-	// windowRule returns the positions the policy keeps visible to full-attention layers, or an error
-	// naming what is wrong with the policy's settings.
-	windowRule() (SinkWindow, error)
+	// evictionRule returns what the policy does, or an error naming the field that is wrong with its
+	// settings.
+	evictionRule() (evictionRule, error)
+}
+
+// evictionRule is a resolved policy: a window rule, or a token rule (exactly one is set).
+type evictionRule struct {
+	window *SinkWindow
+	tokens *tokenRule
 }
 
 // SinkWindow is StreamingLLM's policy: keep the first Sinks positions (the attention sinks) and the last
@@ -29,26 +41,102 @@ type SinkWindow struct {
 	Window int
 }
 
-func (p SinkWindow) windowRule() (SinkWindow, error) {
+func (p SinkWindow) evictionRule() (evictionRule, error) {
 	if p.Window < 1 || p.Sinks < 0 {
-		return p, fmt.Errorf("Eviction SinkWindow{Sinks: %d, Window: %d}: Window must be >= 1 and Sinks >= 0", p.Sinks, p.Window)
+		return evictionRule{}, fmt.Errorf("Eviction SinkWindow{Sinks: %d, Window: %d}: Window must be >= 1 and Sinks >= 0", p.Sinks, p.Window)
 	}
-	return p, nil
+	return evictionRule{window: &p}, nil
 }
 
-// resolveEviction returns the window rule of a policy: nil (also a nil *SinkWindow) keeps everything.
-func resolveEviction(p EvictionPolicy) (*SinkWindow, error) {
-	if p == nil {
-		return nil, nil
+// H2O is the heavy-hitter oracle (Zhang et al., 2023): every sequence keeps, per full-attention layer and
+// kv head, at most Budget visible tokens: the model's sink tokens (ModelSpec.SinkTokens), the Recent
+// newest tokens, and the heavy hitters, the older tokens with the largest attention mass accumulated over
+// every step since they were stored (the mass the attention kernels output, summed over the kv head's
+// query heads and the step's query rows, learned sink in the denominator). After each Commit, while a
+// (sequence, layer, kv head) has more than Budget visible tokens, the one with the least accumulated
+// mass among the candidates (neither sinks nor recent; ties: the older) is hidden from that kv head.
+//
+// Budget must be >= 1 and >= Recent + the model's SinkTokens (checked by NewCache); Recent >= 0. The cache
+// requests the attention mass in every attend call of the layers it governs (CapMass) and passes
+// per-kv-head masks (CapKVHeadMasks).
+type H2O struct {
+	Budget int // visible tokens per sequence, layer and kv head, sinks and recent included
+	Recent int // the newest tokens, never evicted
+}
+
+func (p H2O) evictionRule() (evictionRule, error) {
+	name := fmt.Sprintf("Eviction H2O{Budget: %d, Recent: %d}", p.Budget, p.Recent)
+	switch {
+	case p.Budget < 1:
+		return evictionRule{}, fmt.Errorf("%s: Budget must be >= 1 (visible tokens per sequence, layer and kv head)", name)
+	case p.Recent < 0:
+		return evictionRule{}, fmt.Errorf("%s: Recent must be >= 0", name)
+	case p.Recent >= p.Budget:
+		return evictionRule{}, fmt.Errorf("%s: Budget must be > Recent (the budget holds the recent window, the sinks and the heavy hitters)", name)
 	}
-	if sw, ok := p.(*SinkWindow); ok && sw == nil {
-		return nil, nil
+	return evictionRule{tokens: &tokenRule{kind: ruleH2O, name: name, budget: p.Budget, protect: p.Recent}}, nil
+}
+
+// SnapKV (Li et al., 2024) compresses each sequence's prompt once, at the end of its prefill: per
+// full-attention layer and kv head, the attention mass of the prompt's last Window query rows (the
+// observation window) over the older prompt tokens is pooled along the positions (1-D, kernel Kernel,
+// stride 1, zero padding: max pooling, or average pooling with AvgPool), and the prompt keeps the model's
+// sink tokens, the Window newest prompt tokens and the top prompt tokens by pooled mass, Budget tokens in
+// all. Nothing is evicted afterwards: the generated tokens all stay.
+//
+// The prefill of a sequence is the steps that append more than one token to it before its first
+// single-token step; the decision is made at that first single-token step (Cache.Begin, before it
+// attends), from the mass of the last prefill step's last min(Window, rows) rows. Budget must be >= 1
+// and >= Window + the model's SinkTokens (checked by NewCache); Window >= 1; Kernel 0 means 7, else odd
+// and >= 1. Needs CapMass and CapKVHeadMasks.
+type SnapKV struct {
+	Budget  int  // prompt tokens kept per sequence, layer and kv head, sinks and window included
+	Window  int  // the observation window: the prompt's last Window tokens (always kept) and query rows
+	Kernel  int  // pooling kernel in positions, odd; 0 = DefaultSnapKVKernel
+	AvgPool bool // average pooling instead of max pooling
+}
+
+// DefaultSnapKVKernel is SnapKV's pooling kernel when SnapKV.Kernel is 0.
+const DefaultSnapKVKernel = 7
+
+func (p SnapKV) evictionRule() (evictionRule, error) {
+	name := fmt.Sprintf("Eviction SnapKV{Budget: %d, Window: %d, Kernel: %d}", p.Budget, p.Window, p.Kernel)
+	k := p.Kernel
+	if k == 0 {
+		k = DefaultSnapKVKernel
 	}
-	sw, err := p.windowRule()
-	if err != nil {
-		return nil, err
+	switch {
+	case p.Budget < 1:
+		return evictionRule{}, fmt.Errorf("%s: Budget must be >= 1 (prompt tokens kept per sequence, layer and kv head)", name)
+	case p.Window < 1:
+		return evictionRule{}, fmt.Errorf("%s: Window must be >= 1 (the observation window's query rows)", name)
+	case p.Window >= p.Budget:
+		return evictionRule{}, fmt.Errorf("%s: Budget must be > Window (the budget holds the window, the sinks and the kept prompt tokens)", name)
+	case k < 1 || k%2 == 0 || k > 1<<20:
+		return evictionRule{}, fmt.Errorf("%s: Kernel must be odd and in [1, 2^20] (0 = %d)", name, DefaultSnapKVKernel)
 	}
-	return &sw, nil
+	return evictionRule{tokens: &tokenRule{kind: ruleSnapKV, name: name, budget: p.Budget, protect: p.Window, kernel: k, avg: p.AvgPool}}, nil
+}
+
+// resolveEviction resolves a policy: nil (also a nil *SinkWindow, *H2O or *SnapKV) keeps everything.
+func resolveEviction(p EvictionPolicy) (evictionRule, error) {
+	switch v := p.(type) {
+	case nil:
+		return evictionRule{}, nil
+	case *SinkWindow:
+		if v == nil {
+			return evictionRule{}, nil
+		}
+	case *H2O:
+		if v == nil {
+			return evictionRule{}, nil
+		}
+	case *SnapKV:
+		if v == nil {
+			return evictionRule{}, nil
+		}
+	}
+	return p.evictionRule()
 }
 
 // groupRule is the page-table behaviour that layers sharing a group have in common: the attention window

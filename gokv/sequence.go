@@ -19,9 +19,11 @@ type Sequence struct {
 
 	// Guarded by c.mu.
 	length   int
-	tables   [][]int32 // per group: page id of each page index, -1 = released; len = ceil(length/P)
-	evicted  []int     // per group: page indices below this were already considered for eviction
-	step     *Step     // the open step holding the sequence, or nil
+	tables   [][]int32     // per group: page id of each page index, -1 = released; len = ceil(length/P)
+	evicted  []int         // per group: page indices below this were already considered for eviction
+	step     *Step         // the open step holding the sequence, or nil
+	heads    [][]headState // token rules: per layer (nil for layers they do not govern), per kv head
+	snapDone bool          // SnapKV: the prefill is over and its decision made
 	released bool
 	broken   string // why the sequence is unusable (an aborted KIVI step lost its ring), or ""
 }
@@ -47,7 +49,8 @@ func (c *Cache) NewSequence() (*Sequence, error) {
 func (c *Cache) newSequenceLocked() *Sequence {
 	slot := c.slots[len(c.slots)-1]
 	c.slots = c.slots[:len(c.slots)-1]
-	s := &Sequence{c: c, id: c.nextID, slot: slot, tables: make([][]int32, len(c.groups)), evicted: make([]int, len(c.groups))}
+	s := &Sequence{c: c, id: c.nextID, slot: slot, tables: make([][]int32, len(c.groups)), evicted: make([]int, len(c.groups)),
+		heads: c.newHeads()}
 	c.nextID++
 	c.seqs[s.id] = s
 	return s
@@ -100,7 +103,9 @@ func (s *Sequence) usable(op string) error {
 
 // Fork returns a new sequence with the same tokens. The two share their pages copy-on-write: a step that
 // appends into a shared page first copies it, so neither sees the other's new tokens. KIVI residual rings
-// are copied (one native copy per KIVI layer). Fails with ErrCapacity when MaxSequences are live.
+// are copied (one native copy per KIVI layer). Under H2O or SnapKV the child starts with the parent's
+// per-kv-head visibility and scores and then decides on its own; a page the two share is freed only when
+// both released it (visibility.go). Fails with ErrCapacity when MaxSequences are live.
 func (s *Sequence) Fork() (*Sequence, error) {
 	const op = "Sequence.Fork"
 	if err := s.made(op); err != nil {
@@ -141,12 +146,15 @@ func (s *Sequence) Fork() (*Sequence, error) {
 		}
 	}
 	copy(child.evicted, s.evicted)
+	// Token rules: the child starts from the parent's visibility and scores, then decides on its own.
+	child.heads, child.snapDone = cloneHeads(s.heads), s.snapDone
 	return child, nil
 }
 
 // Truncate rolls the sequence back to its first n tokens (0 <= n <= Len), e.g. to drop rejected
 // speculative tokens, and frees the pages past them. It fails with ErrNotSupported, changing nothing,
-// when the tokens the shorter sequence would see again were evicted, or in a KIVI layer when the
+// when the tokens the shorter sequence would see again were evicted (H2O: its recent window; H2O and
+// SnapKV: the page its next token goes into was released), or in a KIVI layer when the
 // rollback crosses a quantization boundary: a KIVI sequence can only drop tokens while its quantized
 // prefix stays the same (Format.QuantizedTokens(n) == Format.QuantizedTokens(Len)), i.e. the tokens
 // appended since its residual ring last flushed a group.
@@ -174,6 +182,9 @@ func (s *Sequence) Truncate(n int) error {
 				s.id, cl.index, f, f.QuantizedTokens(n), f.QuantizedTokens(s.length), s.length, kiviMinTruncate(f, s.length))
 		}
 	}
+	if err := c.truncateTokensLocked(s, n, false); err != nil {
+		return newErr(op, ErrorNotSupported, "sequence %d: %v", s.id, err)
+	}
 	P := c.pageSize
 	for gi, g := range c.groups {
 		if g.rule.window == 0 {
@@ -196,6 +207,7 @@ func (s *Sequence) Truncate(n int) error {
 		s.tables[gi] = s.tables[gi][:keep:keep]
 		s.evicted[gi] = min(s.evicted[gi], keep)
 	}
+	_ = c.truncateTokensLocked(s, n, true)
 	s.length = n
 	return nil
 }

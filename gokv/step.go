@@ -44,6 +44,13 @@ type Step struct {
 	ran       []bool // per layer: Layer succeeded at least once
 	stored    []bool // per layer: the new tokens may be in the pool (a native write got past validation)
 	done      bool
+
+	// Token rules (visibility.go): the MassRows of the step's attend calls (-1: no mass), each token
+	// layer's mass output of its last call, and its per-kv-head masks (nil: nothing hidden).
+	massRows   int
+	mass       [][]float32
+	masks      [][]uint32
+	maskIndptr [][]int32
 }
 
 // stepGroup is the step's view of one layer group: the page tables the sequences will have after the
@@ -113,6 +120,11 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 		st.kvLen[i] = int32(s.length + e.NewTokens)
 		st.slots[i] = s.slot
 	}
+
+	// SnapKV decisions due at the end of a prefill are made first (they release pages; a Begin that then
+	// fails keeps them), then the step's mass requests and masks.
+	st.mass = make([][]float32, len(c.layers))
+	st.prepareTokenStep()
 
 	// Plan every group before touching any allocator, so a shortage changes nothing.
 	P := c.pageSize
@@ -305,6 +317,9 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 	a := bridge.AttendBatch{Pool: cl.pool, QIndptr: st.tokIndptr, PageIndptr: sg.pageIndptr, PageIDs: sg.pageIDs,
 		KVLen: st.kvLen, QPos: st.startPos, ResidualSlot: slots, HeadsQ: l.HeadsQ, Q: q, Out: out,
 		Scale: cl.scale, SinkLogits: sinks, SinkTokens: cl.group.rule.sinks, Window: cl.group.rule.window}
+	if !writeOnly {
+		st.attendTokens(layer, &a)
+	}
 	if st.stored[layer] {
 		if i := st.ringOverwritten(cl.format); i >= 0 {
 			return newErr(op, ErrorInvalid, "layer %d (%s): this step's tokens are already stored, and sequence %d's %d new tokens overwrote residual ring rows (R + g = %d) that storing them again would read; the first call's tokens stay (Commit them, or Abort)",
@@ -322,6 +337,11 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 		return wrapErr(op, "layer "+strconv.Itoa(layer), err)
 	}
 	st.stored[layer], st.ran[layer] = true, true
+	if !writeOnly {
+		st.mass[layer] = a.Mass // this call's mass replaces an earlier call's
+	} else {
+		st.mass[layer] = nil
+	}
 	return nil
 }
 
@@ -354,7 +374,9 @@ func appendAttend(dev *bridge.Device, w bridge.WriteBatch, a bridge.AttendBatch)
 }
 
 // Commit ends the step: the new tokens become part of their sequences, pages replaced by copy-on-write
-// copies are dropped, and the eviction rules release the pages no future query can see. Every layer
+// copies are dropped, and the eviction rules release the pages no future query can see (H2O: after
+// adding the step's attention mass to each token's score and hiding, per layer and kv head, the lowest
+// scored tokens over the budget; SnapKV: recording a prefill step's mass for the decision). Every layer
 // must have run; otherwise Commit fails with ErrInvalid and the step stays open (run the missing layers,
 // or Abort). After the step ended, Commit fails with ErrClosed.
 func (st *Step) Commit() error {
@@ -400,6 +422,7 @@ func (st *Step) Commit() error {
 			c.evictLocked(s, gi)
 		}
 	}
+	st.commitTokensLocked()
 	return nil
 }
 
