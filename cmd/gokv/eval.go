@@ -18,10 +18,10 @@ import (
 )
 
 type evalOpts struct {
-	models, text, formats, evictions, backend, plot string
-	context, prefill, sequences, greedyTokens       int
-	threads                                         int
-	json, quiet                                     bool
+	models, text, formats, evictions, backend, plot, score string
+	context, prefill, sequences, greedyTokens              int
+	threads                                                int
+	json, quiet                                            bool
 }
 
 func newEvalCmd(g *globalOpts) *cobra.Command {
@@ -37,7 +37,8 @@ Text: --sequences K sequences of --context N tokens each. Sequence i is BOS foll
 [i(N-1), (i+1)(N-1)) of --text: the file's first K consecutive chunks of N-1 bytes, so the file needs at
 least K(N-1) bytes. Each sequence's first --prefill P tokens go in one prefill step (with attention, and
 its logits scored too), the rest one token a step, teacher-forced; the K sequences share every step.
-Every byte is scored: K(N-1) positions per run.
+Every byte is scored: K(N-1) positions per run; --score decode scores only the positions the decode steps
+predict (K(N-1-P)), where the eviction policies differ (a prefill attends to its whole prompt).
 
 Columns, per (model, format, eviction):
   bits/byte    mean -log2 p(next byte) over the scored positions
@@ -47,6 +48,8 @@ Columns, per (model, format, eviction):
                equal to the f32 full-cache continuation's, counted up to the first mismatch, out of
                --greedy-tokens (bytes only: BOS is never chosen)
   KV bytes     Cache.Stats().BytesUsed after the last decode step: all K sequences, every layer
+  KV read/seq  the K/V bytes a decode step reads per sequence at the end: the tokens each layer's kv heads
+               still see (Sequence.VisibleTokens) times the format's bytes per token (page bytes / P)
   ms/token     decode steps' wall time per decoded token (K tokens a step): the whole model
   attn ms/tok  of which inside Step.Layer (storing K/V and attention, all layers)
 
@@ -56,7 +59,12 @@ every --eviction is a sinkwindow whose sinks plus window fit in it (a warning sa
 pass the trained range: RoPE scores depend on the distance between tokens, which the window bounds, but
 the sink tokens are seen from further away than in training).
 
-Evictions: none, or sinkwindow:S:W (keep the first S and the last W positions, StreamingLLM).`,
+Evictions: none; sinkwindow:S:W (keep the first S and the last W positions, StreamingLLM);
+h2o:BUDGET:RECENT (H2O: per layer and kv head, the sinks, the RECENT newest tokens and the heavy hitters
+by accumulated attention mass, BUDGET tokens in all); snapkv:BUDGET:WINDOW (SnapKV: at the end of the
+prefill, keep per layer and kv head the sinks, the prompt's WINDOW newest tokens and its top tokens by the
+window's pooled attention, BUDGET tokens of the prompt in all). BUDGET is a token count or a fraction
+of --context, e.g. h2o:1/8:32.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.quiet = g.quiet
@@ -67,7 +75,8 @@ Evictions: none, or sinkwindow:S:W (keep the first S and the last W positions, S
 	f.StringVar(&o.models, "model", "", "model directory (config.json + model.safetensors); several, comma-separated")
 	f.StringVar(&o.text, "text", "", "held-out text file (bytes)")
 	f.StringVar(&o.formats, "formats", "f32,f16,q8,q4:32,kivi4,kivi2", "KV formats, comma-separated")
-	f.StringVar(&o.evictions, "eviction", "none", "eviction policies, comma-separated: none, sinkwindow:S:W")
+	f.StringVar(&o.evictions, "eviction", "none", "eviction policies, comma-separated: none, sinkwindow:S:W, h2o:BUDGET:RECENT, snapkv:BUDGET:WINDOW (BUDGET: tokens or a fraction of --context, e.g. 1/8)")
+	f.StringVar(&o.score, "score", "all", "positions scored: all, or decode (only those the decode steps predict)")
 	f.IntVar(&o.context, "context", 0, "tokens per sequence, BOS included (0: the model's max_position_embeddings)")
 	f.IntVar(&o.prefill, "prefill", 64, "tokens of each sequence prefilled in one step, in [1, context-1]")
 	f.IntVar(&o.sequences, "sequences", 4, "sequences, decoded as one batch")
@@ -102,6 +111,9 @@ type evalRow struct {
 	GreedyMatch    int     `json:"greedy_match"`
 	GreedyTokens   int     `json:"greedy_tokens"`
 	KVBytes        uint64  `json:"kv_bytes"`
+	KVReadBytes    uint64  `json:"kv_read_bytes"`    // per sequence, what a decode step reads at the end
+	Budget         int     `json:"budget,omitempty"` // h2o and snapkv: the budget in tokens
+	Score          string  `json:"score"`            // "all" or "decode"
 	MsPerToken     float64 `json:"ms_per_token"`
 	AttnMsPerToken float64 `json:"attn_ms_per_token"`
 
@@ -115,10 +127,37 @@ type evalRow struct {
 // evalEviction is one --eviction entry.
 type evalEviction struct {
 	name string
-	sw   *gokv.SinkWindow // nil: keep everything
+	sw   *gokv.SinkWindow // sinkwindow:S:W
+	// h2o and snapkv: the budget, num/den of the context (den 0: num tokens), and RECENT or WINDOW
+	kind     string
+	num, den int
+	second   int
 }
 
-// parseEvictions parses "none" and "sinkwindow:S:W" entries, comma-separated.
+// policy returns the entry's eviction policy for sequences of context tokens (nil: keep everything) and
+// its budget in tokens (0 for none and sinkwindow).
+func (ev evalEviction) policy(context int) (gokv.EvictionPolicy, int) {
+	b := ev.num
+	if ev.den > 0 {
+		b = context * ev.num / ev.den
+	}
+	switch ev.kind {
+	case "h2o":
+		return &gokv.H2O{Budget: b, Recent: ev.second}, b
+	case "snapkv":
+		return &gokv.SnapKV{Budget: b, Window: ev.second}, b
+	}
+	if ev.sw != nil {
+		return ev.sw, 0
+	}
+	return nil, 0
+}
+
+// evicts reports whether the entry is a policy (not none).
+func (ev evalEviction) evicts() bool { return ev.sw != nil || ev.kind != "" }
+
+// parseEvictions parses "none", "sinkwindow:S:W", "h2o:BUDGET:RECENT" and "snapkv:BUDGET:WINDOW"
+// entries, comma-separated.
 func parseEvictions(list string) ([]evalEviction, error) {
 	var out []evalEviction
 	for _, s := range strings.Split(list, ",") {
@@ -143,8 +182,24 @@ func parseEviction(s string) (evalEviction, error) {
 		return evalEviction{name: "none"}, nil
 	}
 	parts := strings.Split(s, ":")
-	if len(parts) != 3 || !strings.EqualFold(parts[0], "sinkwindow") {
-		return evalEviction{}, fmt.Errorf("--eviction %q: want none or sinkwindow:S:W", s)
+	kind := strings.ToLower(parts[0])
+	if len(parts) != 3 || (kind != "sinkwindow" && kind != "h2o" && kind != "snapkv") {
+		return evalEviction{}, fmt.Errorf("--eviction %q: want none, sinkwindow:S:W, h2o:BUDGET:RECENT or snapkv:BUDGET:WINDOW", s)
+	}
+	if kind == "h2o" || kind == "snapkv" {
+		num, den, err := parseBudget(parts[1])
+		second, err2 := strconv.Atoi(parts[2])
+		what := "RECENT must be >= 0"
+		if kind == "snapkv" {
+			what = "WINDOW must be >= 1"
+		}
+		switch {
+		case err != nil:
+			return evalEviction{}, fmt.Errorf("--eviction %q: BUDGET %q: %v", s, parts[1], err)
+		case err2 != nil || second < 0 || (kind == "snapkv" && second < 1) || second > math.MaxInt32:
+			return evalEviction{}, fmt.Errorf("--eviction %q: %s (an integer)", s, what)
+		}
+		return evalEviction{name: fmt.Sprintf("%s:%s:%d", kind, parts[1], second), kind: kind, num: num, den: den, second: second}, nil
 	}
 	sinks, err1 := strconv.Atoi(parts[1])
 	window, err2 := strconv.Atoi(parts[2])
@@ -152,6 +207,22 @@ func parseEviction(s string) (evalEviction, error) {
 		return evalEviction{}, fmt.Errorf("--eviction %q: sinks S must be >= 0 and window W >= 1 (integers)", s)
 	}
 	return evalEviction{name: fmt.Sprintf("sinkwindow:%d:%d", sinks, window), sw: &gokv.SinkWindow{Sinks: sinks, Window: window}}, nil
+}
+
+// parseBudget parses a token count ("64": num 64, den 0) or a fraction of the context ("1/8").
+func parseBudget(s string) (num, den int, err error) {
+	a, b, frac := strings.Cut(s, "/")
+	num, err = strconv.Atoi(a)
+	if err == nil && frac {
+		den, err = strconv.Atoi(b)
+	}
+	switch {
+	case err != nil:
+		return 0, 0, errors.New("want a token count or a fraction of --context such as 1/8")
+	case num < 1 || num > 1<<24 || den > 1<<24 || (frac && (den < 1 || num > den)):
+		return 0, 0, errors.New("want a count >= 1 or a fraction in (0, 1]")
+	}
+	return num, den, nil
 }
 
 // checkPositions applies the context rule of eval and generate: n positions fit the model's trained
@@ -185,9 +256,9 @@ func loadByteModel(dir string) (*llama.Model, error) {
 	return m, nil
 }
 
-// openModelCache makes a cache in format f under eviction ev for maxSeqs sequences of up to seqTokens
-// tokens, each step appending up to stepTokens tokens to one sequence.
-func openModelCache(eng *gokv.Engine, m *llama.Model, f gokv.Format, ev *gokv.SinkWindow, maxSeqs, seqTokens, stepTokens int) (*gokv.Cache, error) {
+// openModelCache makes a cache in format f under eviction ev (nil: none) for maxSeqs sequences of up to
+// seqTokens tokens, each step appending up to stepTokens tokens to one sequence.
+func openModelCache(eng *gokv.Engine, m *llama.Model, f gokv.Format, ev gokv.EvictionPolicy, maxSeqs, seqTokens, stepTokens int) (*gokv.Cache, error) {
 	page := pageSizeFor(f)
 	perSeq := (seqTokens + page - 1) / page * page
 	return m.NewCache(eng, gokv.CacheOptions{Format: f, Eviction: ev, PageSize: page, MaxSequences: maxSeqs,
@@ -232,6 +303,8 @@ func runEval(stdout, stderr io.Writer, o *evalOpts) error {
 		return fmt.Errorf("--context %d must be in [2, 16777216], or 0 for the model's max_position_embeddings", o.context)
 	case o.text == "":
 		return errors.New("--text is required: a held-out text file")
+	case o.score != "all" && o.score != "decode":
+		return fmt.Errorf("--score %q: want all or decode", o.score)
 	}
 	var models []*llama.Model
 	for _, dir := range strings.Split(o.models, ",") {
@@ -321,6 +394,7 @@ type evalPlan struct {
 	seqs      [][]int // [K][N] token ids
 	prompt    []int   // the greedy prompt
 	greedy    int
+	decode    bool // score only the positions the decode steps predict
 	formats   []gokv.Format
 	evictions []evalEviction
 }
@@ -355,7 +429,8 @@ func newEvalPlan(o *evalOpts, m *llama.Model, formats []gokv.Format, evictions [
 			return nil, fmt.Errorf("--model %s: %w", m.Dir, err)
 		}
 	}
-	return &evalPlan{m: m, n: n, p: o.prefill, k: k, greedy: o.greedyTokens, formats: formats, evictions: evictions}, nil
+	return &evalPlan{m: m, n: n, p: o.prefill, k: k, greedy: o.greedyTokens, decode: o.score == "decode", formats: formats,
+		evictions: evictions}, nil
 }
 
 // textBytes is how many bytes of --text the plan reads.
@@ -419,7 +494,7 @@ func (p *evalPlan) run(eng *gokv.Engine, backend string, bar *progressbar.Progre
 	for _, f := range p.formats {
 		for _, ev := range p.evictions {
 			r := ref
-			if f != f32 || ev.sw != nil {
+			if f != f32 || ev.evicts() {
 				if r, err = p.runOne(eng, f, ev, ref, bar); err != nil {
 					return evalRow{}, nil, fmt.Errorf("%s %s %s: %w", p.m.Name, f, ev.name, err)
 				}
@@ -438,7 +513,8 @@ func (p *evalPlan) run(eng *gokv.Engine, backend string, bar *progressbar.Progre
 func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref *evalRun, bar *progressbar.ProgressBar) (*evalRun, error) {
 	m, V := p.m, p.m.Config.VocabSize
 	greedyLen := len(p.prompt) + p.greedy
-	cache, err := openModelCache(eng, m, f, ev.sw, p.k, max(p.n, greedyLen), max(p.p, len(p.prompt)))
+	policy, budget := ev.policy(p.n)
+	cache, err := openModelCache(eng, m, f, policy, p.k, max(p.n, greedyLen), max(p.p, len(p.prompt)))
 	if err != nil {
 		return nil, err
 	}
@@ -453,6 +529,9 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 	bits := make([]float64, p.n-1) // summed over sequences, per predicted position
 	lp := make([]float32, V)
 	score := func(s, pos int, logits []float32) {
+		if p.decode && pos < p.p {
+			return // predicted by the prefill
+		}
 		logSoftmax(lp, logits)
 		next := p.seqs[s][pos+1]
 		bits[pos] -= float64(lp[next]) / math.Ln2
@@ -503,6 +582,10 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 		bar.Add(1)
 	}
 	kvBytes := cache.Stats().BytesUsed
+	kvRead, err := decodeReadBytes(m, f, entries)
+	if err != nil {
+		return nil, err
+	}
 	for _, e := range entries {
 		if err := e.Seq.Release(); err != nil {
 			return nil, err
@@ -514,16 +597,20 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 		}
 	}
 
-	scored := p.k * (p.n - 1)
+	scored, scoreName := p.k*(p.n-1), "all"
+	if p.decode {
+		scored, scoreName = p.k*(p.n-1-p.p), "decode"
+	}
 	row := evalRow{Model: m.Name, Format: f.String(), Eviction: ev.name, Context: p.n, Sequences: p.k, Prefill: p.p,
-		Tokens: scored, GreedyTokens: p.greedy, KVBytes: kvBytes, curve: make([]float64, p.n-1),
+		Tokens: scored, GreedyTokens: p.greedy, KVBytes: kvBytes, KVReadBytes: kvRead, Budget: budget, Score: scoreName,
+		curve:    make([]float64, p.n-1),
 		decodeMs: run.decodeMs, attnMs: run.attnMs, greedy: run.greedy}
 	total := 0.0
 	for pos, b := range bits {
 		total += b
 		row.curve[pos] = b / float64(p.k)
 	}
-	row.BitsPerByte = total / float64(scored)
+	row.BitsPerByte = total / float64(max(scored, 1))
 	if run.decoded > 0 {
 		row.MsPerToken = run.stepDur.Seconds() * 1e3 / float64(run.decoded)
 		row.AttnMsPerToken = run.attnDur.Seconds() * 1e3 / float64(run.decoded)
@@ -535,7 +622,7 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 		for _, x := range run.kl {
 			sum += x
 		}
-		row.KLMean = sum / float64(len(run.kl))
+		row.KLMean = sum / float64(max(len(run.kl), 1))
 		row.KLP99 = percentile(run.kl, 0.99)
 	}
 	agree := 0
@@ -546,7 +633,7 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 			}
 		}
 	}
-	row.Top1Agree = float64(agree) / float64(scored)
+	row.Top1Agree = float64(agree) / float64(max(scored, 1))
 	for i := range run.greedy {
 		if run.greedy[i] != ref.greedy[i] {
 			break
@@ -555,6 +642,31 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 	}
 	run.row = row
 	return run, nil
+}
+
+// decodeReadBytes is what a decode step reads per sequence at the end of a run, averaged over the
+// entries' sequences: over every layer and kv head, the tokens it still sees times the format's bytes per
+// token and kv head (a page's bytes over its tokens and kv heads, scales and alignment included).
+func decodeReadBytes(m *llama.Model, f gokv.Format, entries []llama.Entry) (uint64, error) {
+	spec := m.Spec()
+	page := pageSizeFor(f)
+	total := 0.0
+	for _, e := range entries {
+		for l, ls := range spec.Layers {
+			lay, err := f.Layout(ls.HeadsKV, ls.HeadDimK, ls.HeadDimV, page, ls.VIsKPrefix())
+			if err != nil {
+				return 0, err
+			}
+			vis, err := e.Seq.VisibleTokens(l)
+			if err != nil {
+				return 0, err
+			}
+			for _, n := range vis {
+				total += float64(n) * float64(lay.PageBytes) / float64(page*ls.HeadsKV)
+			}
+		}
+	}
+	return uint64(total/float64(max(len(entries), 1)) + 0.5), nil
 }
 
 // greedyContinuation prefills prompt in a new sequence of cache and returns n greedily chosen byte
@@ -624,14 +736,18 @@ func printEval(w io.Writer, o *evalOpts, rows []evalRow) {
 	r0 := rows[0]
 	fmt.Fprintf(w, "gokv eval: %d sequences x %d tokens (BOS + %d bytes of %s each), prefill %d, then decode; %s backend\n\n",
 		r0.Sequences, r0.Context, r0.Context-1, o.text, r0.Prefill, r0.Backend)
-	fmt.Fprintf(w, "%-12s %-14s %-18s %9s %7s %9s %9s %8s %10s %9s %11s\n", "model", "format", "eviction", "bits/byte",
-		"top1", "KL mean", "KL p99", "greedy", "KV bytes", "ms/token", "attn ms/tok")
+	fmt.Fprintf(w, "%-12s %-14s %-18s %9s %7s %9s %9s %8s %10s %11s %9s %11s\n", "model", "format", "eviction", "bits/byte",
+		"top1", "KL mean", "KL p99", "greedy", "KV bytes", "KV read/seq", "ms/token", "attn ms/tok")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%-12s %-14s %-18s %9.4f %7.4f %9.2e %9.2e %8s %10s %9.3f %11.3f\n", r.Model, r.Format, r.Eviction,
+		fmt.Fprintf(w, "%-12s %-14s %-18s %9.4f %7.4f %9.2e %9.2e %8s %10s %11s %9.3f %11.3f\n", r.Model, r.Format, r.Eviction,
 			r.BitsPerByte, r.Top1Agree, r.KLMean, r.KLP99, fmt.Sprintf("%d/%d", r.GreedyMatch, r.GreedyTokens),
-			formatSize(int64(r.KVBytes)), r.MsPerToken, r.AttnMsPerToken)
+			formatSize(int64(r.KVBytes)), formatSize(int64(r.KVReadBytes)), r.MsPerToken, r.AttnMsPerToken)
 	}
 	fmt.Fprintf(w, "\ntop1, KL (nats) and greedy are against the f32 full-cache run; greedy counts matching tokens up to the first mismatch.\n")
-	fmt.Fprintf(w, "KV bytes: Cache.Stats().BytesUsed with all %d sequences at the end. ms/token: decode steps per decoded token, whole model;\n", r0.Sequences)
+	if r0.Score == "decode" {
+		fmt.Fprintf(w, "bits/byte, top1 and KL over the %d positions the decode steps predict.\n", r0.Tokens)
+	}
+	fmt.Fprintf(w, "KV bytes: Cache.Stats().BytesUsed with all %d sequences at the end; KV read/seq: the K/V a decode step reads per sequence then\n", r0.Sequences)
+	fmt.Fprintf(w, "(visible tokens of every layer and kv head x bytes per token). ms/token: decode steps per decoded token, whole model;\n")
 	fmt.Fprintf(w, "attn ms/tok: the part inside Step.Layer (K/V store + attention).\n")
 }

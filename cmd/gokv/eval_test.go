@@ -156,6 +156,13 @@ func TestEvalErrors(t *testing.T) {
 		{[]string{"--model", tinyLlama, "--text", heldout, "--formats", "q5"}, "--formats"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "window:4"}, `--eviction "window:4"`},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "sinkwindow:4:0"}, "window W >= 1"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "h2o:1/0:4"}, "a fraction in (0, 1]"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "h2o:3/2:4"}, "a fraction in (0, 1]"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "h2o:x:4"}, "a token count or a fraction"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "snapkv:64:0"}, "WINDOW must be >= 1"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--context", "32", "--prefill", "8", "--eviction", "h2o:1/8:4"},
+			"Eviction H2O{Budget: 4, Recent: 4}: Budget must be > Recent"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--score", "some"}, `--score "some"`},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--context", "600"},
 			"--context: 600 positions pass the model's max_position_embeddings 512"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--context", "600", "--eviction", "sinkwindow:4:600"}, "sinkwindow:4:600 is not"},
@@ -168,6 +175,42 @@ func TestEvalErrors(t *testing.T) {
 	} {
 		_, msg := runCLI(t, append(base, tc.args...)...)
 		assert.Contains(t, msg, tc.want, "%v", tc.args)
+	}
+}
+
+// TestEvalTokenPolicies: h2o and snapkv rows, budgets as fractions of the context; scored over the
+// decode positions, a budget below the context changes the output and reads fewer bytes, and SnapKV with
+// a budget of the whole prompt keeps everything.
+func TestEvalTokenPolicies(t *testing.T) {
+	const n, p, k = 96, 48, 2
+	rows := evalJSON(t, "--model", tinyLlama+","+tinySinks, "--context", "96", "--prefill", "48", "--sequences", "2",
+		"--greedy-tokens", "4", "--formats", "f32", "--score", "decode",
+		"--eviction", "none,h2o:1/4:8,h2o:40:8,snapkv:1/4:8,snapkv:1/2:8")
+	require.Len(t, rows, 2*5)
+	byKey := map[string]evalRow{}
+	for _, r := range rows {
+		byKey[r.Model+" "+r.Eviction] = r
+		assert.Equal(t, k*(n-1-p), r.Tokens, "decode positions scored")
+		assert.Equal(t, "decode", r.Score)
+		assert.Positive(t, r.KVReadBytes)
+	}
+	for _, model := range []string{"tiny-llama", "tiny-sinks"} {
+		ref := byKey[model+" none"]
+		assert.Equal(t, 1.0, ref.Top1Agree)
+		perTok := float64(ref.KVReadBytes) / float64(n-1) // f32, every token visible
+		for _, ev := range []string{"h2o:1/4:8", "snapkv:1/4:8"} {
+			r := byKey[model+" "+ev]
+			assert.Equal(t, 24, r.Budget, ev)
+			assert.Positive(t, r.KLMean, "%s %s: evicting changes the output", model, ev)
+			assert.Less(t, r.KVReadBytes, ref.KVReadBytes, "%s %s", model, ev)
+		}
+		assert.Equal(t, 40, byKey[model+" h2o:40:8"].Budget)
+		assert.InDelta(t, 24*perTok, float64(byKey[model+" h2o:1/4:8"].KVReadBytes), perTok/2, "%s: H2O reads its budget", model)
+		// SnapKV compresses the prompt only: 24 of its 48 tokens, plus the 47 decoded ones.
+		assert.InDelta(t, (24+47)*perTok, float64(byKey[model+" snapkv:1/4:8"].KVReadBytes), perTok/2, model)
+		whole := byKey[model+" snapkv:1/2:8"]
+		assert.Zero(t, whole.KLMean, "%s: a budget of the whole prompt keeps everything", model)
+		assert.Equal(t, ref.KVReadBytes, whole.KVReadBytes)
 	}
 }
 
