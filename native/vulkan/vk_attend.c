@@ -21,11 +21,26 @@
  *     chunk per tile, parallel across tiles) finalizes in the attention pass.
  *
  * One call is one command buffer: [copy inputs ->] [baseline_dequant ->] attend (or baseline_attend)
- * [-> reduce]. The host writes the inputs (queries, sink logits, page tables, masks, and the sequence,
- * item, reduce and baseline-page tables below) to the up buffer; on a discrete GPU, where up is host
- * memory, they are first copied into the device-local scratch buffer, since every split-K chunk reads
- * its queries and page table again (shaders/attend_inputs.glsl). Scratch holds, in order: the baseline's
- * f32 pages, the split-K partials, the staged inputs. down receives out.
+ * [-> reduce] [-> mass]. The host writes the inputs (queries, sink logits, page tables, masks, and the
+ * sequence, item, reduce, baseline-page and mass tables below) to the up buffer; on a discrete GPU, where up
+ * is host memory, they are first copied into the device-local scratch buffer, since every split-K chunk
+ * reads its queries and page table again (shaders/attend_inputs.glsl). Scratch holds, in order: the
+ * baseline's f32 pages, the split-K partials, the mass pass's softmax factors and scores, the staged inputs.
+ * down receives out, then mass. Every pass reads what the one before wrote, behind a barrier.
+ *
+ * Attention mass (desc.mass): the attention pass runs its MASS variant (VKB_SPEC_OP4 = 1; the plain
+ * pipeline is untouched): for the counted rows (each sequence's last mass_rows rows, or all) it stores
+ * every score s = α q·k of the tokens its ranges cover (NEG where a row does not see a token) into scratch,
+ * [counted row][query head][kv_len] per sequence, and the softmax factors (a, b) of every row and head,
+ * prob = e^(s - a) b, from the rows it finalizes; reduce_mass.comp stores them for split rows. Then
+ * mass.comp sums the probabilities per sequence, kv head and token over the kv head's query heads and the
+ * counted rows, and writes every element (zeros where no counted row sees a token, and for sequences with
+ * no query rows). A call without query rows writes zeros on the host. The scores take counted rows x
+ * n_heads_q x kv_len words of scratch per sequence: a call whose scratch would pass the device's storage
+ * buffer range is refused (GOKV_ENOMEM), as any other.
+ *
+ * Validity masks per kv head (GOKV_ATTEND_MASK_PER_KV_HEAD): the sequence table gives the words of one kv
+ * head's mask, ceil(kv_len / 32), and an item reads its kv head's mask (0 for a shared mask).
  *
  * Specialization constants of attend / baseline_attend (VKB_SPEC_OP0..3): NQ_MAX query vectors per item,
  * CPI value channels per invocation and unit, NSG_MAX subgroups per workgroup at most (from the smallest
@@ -52,12 +67,14 @@ enum {
 #define NONE 0xffffffffu
 
 /* Records of the input tables, word for word as the shaders read them. */
-enum { ITEM_WORDS = 12, SEQ_WORDS = 5, REDUCE_WORDS = 5, TPAGE_WORDS = 5 };
+enum { ITEM_WORDS = 12, SEQ_WORDS = 11, REDUCE_WORDS = 5, TPAGE_WORDS = 5, MASS_ITEM_WORDS = 3 };
+enum { MASS_SPAN_BLOCKS = 4 }; /* tokens per mass item: this many workgroups' worth */
 
 /* Push constants: the shaders' Push blocks, from the field lists of shaders/push.glsl. */
 VKB_PUSH_STRUCT(attend_push, GOKV_PUSH_ATTEND);   /* attend, baseline_attend */
 VKB_PUSH_STRUCT(reduce_push, GOKV_PUSH_REDUCE);   /* reduce */
 VKB_PUSH_STRUCT(dequant_push, GOKV_PUSH_DEQUANT); /* baseline_dequant */
+VKB_PUSH_STRUCT(mass_push, GOKV_PUSH_MASS);       /* mass */
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
@@ -69,7 +86,18 @@ typedef struct plan {
     int64_t n_items, n_reduce, n_tpages, part_words;
     uint64_t q_w, sink_w, page_w, mask_w, seq_w, item_w, reduce_w, tpage_w, up_words;
     uint64_t f_page_w, f_v_w, f_head_w; /* baseline: the f32 page layout */
+    /* mass: items, the table in up, softmax factors and scores in scratch, its place in down (words) */
+    int mass;
+    uint32_t mass_span;
+    int64_t n_mass_items;
+    uint64_t mass_item_w, stats_w, score_w, score_words, mass_down_w, mass_words;
 } plan;
+
+/* The query rows of a sequence that count towards its mass: its last mass_rows rows (0: all). */
+static int32_t mass_rows_of(const gokv_attend_desc *d, int32_t s) {
+    const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+    return d->mass_rows > 0 && d->mass_rows < rows ? d->mass_rows : rows;
+}
 
 /* Shared memory of attend_common.glsl for nq query vectors (keep in sync with its declarations). */
 static uint64_t shared_bytes(const gokv_layout *L, uint32_t nq, uint32_t wg, uint32_t nsg) {
@@ -225,6 +253,29 @@ static void walk_tpages(const gokv_attend_desc *d, const gokv_layout *L, plan *p
     p->n_tpages = n;
 }
 
+/* Mass items (sequence, kv head, first token), span tokens each, over every token of every sequence.
+ * Counts them when up is NULL; otherwise writes the table. Also counts the mass words and score words. */
+static void walk_mass_items(const gokv_attend_desc *d, const gokv_layout *L, plan *p, uint32_t *up) {
+    int64_t n = 0;
+    uint64_t mass_words = 0, score_words = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t kv_len = d->kv_len[s];
+        for (int32_t kvh = 0; kvh < L->n_kv_heads; kvh++)
+            for (int64_t t0 = 0; t0 < kv_len; t0 += p->mass_span, n++)
+                if (up) {
+                    uint32_t *e = up + p->mass_item_w + (uint64_t)n * MASS_ITEM_WORDS;
+                    e[0] = (uint32_t)s;
+                    e[1] = (uint32_t)kvh;
+                    e[2] = (uint32_t)t0;
+                }
+        mass_words += (uint64_t)L->n_kv_heads * (uint64_t)kv_len;
+        score_words += (uint64_t)mass_rows_of(d, s) * (uint64_t)d->n_heads_q * (uint64_t)kv_len;
+    }
+    p->n_mass_items = n;
+    p->mass_words = mass_words;
+    p->score_words = score_words;
+}
+
 /* Fills the up buffer: queries, sinks, page tables, masks, sequences, then the item / reduce / page tables. */
 static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, uint32_t *up, int baseline) {
     memcpy(up + p->q_w, d->q, (size_t)p->rows * (size_t)d->n_heads_q * (size_t)L->d_k * sizeof(float));
@@ -234,6 +285,7 @@ static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, ui
     else
         memcpy(up + p->page_w, d->page_ids, (size_t)d->page_indptr[d->n_seqs] * sizeof(int32_t));
     if (d->valid_mask) memcpy(up + p->mask_w, d->valid_mask, (size_t)d->valid_indptr[d->n_seqs] * sizeof(uint32_t));
+    uint64_t score = p->score_w, mass_out = p->mass_down_w;
     for (int32_t s = 0; s < d->n_seqs; s++) {
         uint32_t *e = up + p->seq_w + (uint64_t)s * SEQ_WORDS;
         const int32_t kv_len = d->kv_len[s];
@@ -242,8 +294,19 @@ static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, ui
         e[2] = (uint32_t)(p->page_w + (uint64_t)d->page_indptr[s]);
         e[3] = d->valid_mask ? (uint32_t)(p->mask_w + (uint64_t)d->valid_indptr[s]) : NONE;
         e[4] = L->kivi && !baseline && kv_len > 0 ? (uint32_t)d->residual_slot[s] : 0u;
+        e[5] = d->valid_mask && (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) ? (uint32_t)((kv_len + 31) / 32) : 0u;
+        const int32_t cr = p->mass ? mass_rows_of(d, s) : 0;
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+        e[6] = (uint32_t)(d->q_indptr[s + 1] - cr);
+        e[7] = (uint32_t)cr;
+        e[8] = (uint32_t)(d->q_pos[s] + rows - cr);
+        e[9] = (uint32_t)score;
+        e[10] = (uint32_t)mass_out;
+        score += (uint64_t)cr * (uint64_t)d->n_heads_q * (uint64_t)kv_len;
+        mass_out += (uint64_t)L->n_kv_heads * (uint64_t)kv_len;
     }
     walk_items(d, L, p, up);
+    if (p->mass) walk_mass_items(d, L, p, up);
 }
 
 /* 2D grid of n workgroups (x at most MAX_GRID); the shaders linearize y * num_x + x and skip the tail. */
@@ -264,7 +327,7 @@ typedef struct attend_job {
     plan p;
     int baseline;
     int staged;                         /* inputs copied from up into scratch at in_base (discrete GPUs) */
-    VkPipeline attend, reduce, dequant; /* reduce, dequant: VK_NULL_HANDLE when not needed */
+    VkPipeline attend, reduce, dequant, mass; /* reduce, dequant, mass: VK_NULL_HANDLE when not needed */
     uint64_t tpage_words, in_base, scratch_words, down_bytes;
 } attend_job;
 
@@ -275,6 +338,7 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     plan *p = &j->p;
     memset(j, 0, sizeof *j);
     j->baseline = (d->flags & GOKV_ATTEND_DEQUANT_BASELINE) != 0;
+    p->mass = d->mass != NULL; /* never with the baseline (the core refuses it) */
     j->staged = dev->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
     p->rows = d->q_indptr[d->n_seqs];
     p->G = d->n_heads_q / L->n_kv_heads;
@@ -294,7 +358,12 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     }
     walk_items(d, L, p, NULL);
     p->cpi = pick_cpi(L, p->nq_max, p->wg);
-    if (p->n_items > (int64_t)MAX_GRID * MAX_GRID || p->n_reduce > (int64_t)MAX_GRID * MAX_GRID)
+    if (p->mass) {
+        p->mass_span = MASS_SPAN_BLOCKS * p->wg;
+        walk_mass_items(d, L, p, NULL);
+    }
+    if (p->n_items > (int64_t)MAX_GRID * MAX_GRID || p->n_reduce > (int64_t)MAX_GRID * MAX_GRID ||
+        p->n_mass_items > (int64_t)MAX_GRID * MAX_GRID)
         return gokv_set_error(GOKV_ENOMEM, "%s: vulkan: %lld work items are more than one call can dispatch; split the batch",
                               op, (long long)p->n_items);
 
@@ -319,20 +388,28 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     p->item_w = take(&w, (uint64_t)p->n_items * ITEM_WORDS);
     p->reduce_w = take(&w, (uint64_t)p->n_reduce * REDUCE_WORDS);
     p->tpage_w = take(&w, (uint64_t)p->n_tpages * TPAGE_WORDS);
+    p->mass_item_w = take(&w, (uint64_t)p->n_mass_items * MASS_ITEM_WORDS);
     p->up_words = w;
-    /* scratch layout (words): baseline f32 pages, split-K partials, staged inputs */
+    /* scratch layout (words): baseline f32 pages, split-K partials, mass factors and scores, staged inputs */
     j->tpage_words = (uint64_t)p->n_tpages * p->f_page_w;
-    j->in_base = j->tpage_words + (uint64_t)p->part_words;
+    w = j->tpage_words + (uint64_t)p->part_words;
+    p->stats_w = take(&w, p->mass ? 2u * (uint64_t)p->rows * (uint64_t)d->n_heads_q : 0u);
+    p->score_w = take(&w, p->score_words);
+    j->in_base = w;
     j->scratch_words = j->in_base + (j->staged ? p->up_words : 0u);
-    j->down_bytes = (uint64_t)p->rows * (uint64_t)d->n_heads_q * (uint64_t)L->d_v * 4u;
+    /* down layout (words): out, then mass */
+    p->mass_down_w = (uint64_t)p->rows * (uint64_t)d->n_heads_q * (uint64_t)L->d_v;
+    j->down_bytes = (p->mass_down_w + p->mass_words) * 4u;
     const uint64_t limit = dev->max_storage_range;
     if (p->up_words * 4u > limit || j->scratch_words * 4u > limit || j->down_bytes > limit)
         return gokv_set_error(GOKV_ENOMEM,
                               "%s: vulkan: the call needs %llu bytes of inputs, %llu of scratch (%llu of them baseline "
-                              "f32 pages) and %llu of outputs; this device's storage buffers hold %llu bytes at most: "
-                              "attend fewer rows or sequences per call",
+                              "f32 pages, %llu attention mass scores) and %llu of outputs; this device's storage "
+                              "buffers hold %llu bytes at most: attend fewer rows or sequences per call (or count "
+                              "fewer mass rows)",
                               op, (unsigned long long)(p->up_words * 4u), (unsigned long long)(j->scratch_words * 4u),
-                              (unsigned long long)(j->tpage_words * 4u), (unsigned long long)j->down_bytes,
+                              (unsigned long long)(j->tpage_words * 4u), (unsigned long long)(p->score_words * 4u),
+                              (unsigned long long)j->down_bytes,
                               (unsigned long long)limit);
 
     /* pipelines */
@@ -345,16 +422,18 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     spec[VKB_SPEC_OP1] = p->cpi;
     spec[VKB_SPEC_OP2] = p->nsg;
     spec[VKB_SPEC_OP3] = (uint32_t)j->staged;
+    spec[VKB_SPEC_OP4] = (uint32_t)p->mass;
     st = vkb_get_pipeline(dev, j->baseline ? "baseline_attend" : "attend", spec, &j->attend);
     memcpy(spec, pool->spec, sizeof spec);
     spec[VKB_SPEC_OP3] = (uint32_t)j->staged;
-    if (!st && p->n_reduce) st = vkb_get_pipeline(dev, "reduce", spec, &j->reduce);
+    if (!st && p->n_reduce) st = vkb_get_pipeline(dev, p->mass ? "reduce_mass" : "reduce", spec, &j->reduce);
     if (!st && p->n_tpages) st = vkb_get_pipeline(dev, "baseline_dequant", spec, &j->dequant);
+    if (!st && p->n_mass_items) st = vkb_get_pipeline(dev, "mass", spec, &j->mass);
     return st;
 }
 
 /* Fills the call's up buffer and records its commands: [staging copy ->] [baseline_dequant ->] attend
- * [-> reduce]. */
+ * [-> reduce] [-> mass]. */
 static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_desc *d, attend_job *j) {
     plan *p = &j->p;
     const uint32_t in_base = (uint32_t)j->in_base;
@@ -372,22 +451,34 @@ static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_d
     }
     const attend_push ap = {(uint32_t)p->n_items, (uint32_t)p->item_w, (uint32_t)p->seq_w, (uint32_t)p->q_w,
                             (uint32_t)p->sink_w, (uint32_t)j->tpage_words, (uint32_t)d->n_heads_q, d->window,
-                            d->n_sink_tokens, d->scale, in_base};
+                            d->n_sink_tokens, d->scale, in_base, (uint32_t)p->stats_w};
     dispatch_items(c, j->attend, &ap, sizeof ap, p->n_items);
     if (j->reduce) {
         vkb_cmd_barrier(c);
         const reduce_push rp = {(uint32_t)p->n_reduce, (uint32_t)p->reduce_w, (uint32_t)j->tpage_words,
-                                (uint32_t)p->sink_w, in_base};
+                                (uint32_t)p->sink_w, in_base, (uint32_t)p->stats_w};
         dispatch_items(c, j->reduce, &rp, sizeof rp, p->n_reduce);
+    }
+    if (j->mass) { /* reads the scores and the factors of attend and reduce */
+        vkb_cmd_barrier(c);
+        const mass_push mp = {(uint32_t)p->n_mass_items, (uint32_t)p->mass_item_w, (uint32_t)p->seq_w,
+                              (uint32_t)p->stats_w, (uint32_t)d->n_heads_q, d->window, d->n_sink_tokens,
+                              p->mass_span, in_base};
+        dispatch_items(c, j->mass, &mp, sizeof mp, p->n_mass_items);
     }
 }
 
 gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv_attend_desc *d) {
     vkb_device *dev = dev_;
     vkb_pool *pool = pool_;
-    if (d->mass || (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD))
-        return gokv_set_error(GOKV_ENOTSUP, "gokv_attend: %s: attention mass and per-kv-head masks are not implemented yet", "vulkan");
-    if (d->n_seqs == 0 || d->q_indptr[d->n_seqs] == 0) return GOKV_OK;
+    if (d->n_seqs == 0 || d->q_indptr[d->n_seqs] == 0) { /* no query rows: no token gets any mass */
+        if (d->mass) {
+            uint64_t n = 0;
+            for (int32_t s = 0; s < d->n_seqs; s++) n += (uint64_t)L->n_kv_heads * (uint64_t)d->kv_len[s];
+            memset(d->mass, 0, (size_t)n * sizeof(float));
+        }
+        return GOKV_OK;
+    }
     attend_job j;
     gokv_status st = attend_prepare(dev, pool, L, d, &j);
     if (st) return st;
@@ -396,7 +487,10 @@ gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv
     if (st) return st;
     attend_record(&c, L, d, &j);
     st = vkb_call_submit(&c, "gokv_attend");
-    if (!st) memcpy(d->out, c.down, (size_t)j.down_bytes);
+    if (!st) {
+        memcpy(d->out, c.down, (size_t)(j.p.mass_down_w * 4u));
+        if (d->mass) memcpy(d->mass, c.down + j.p.mass_down_w * 4u, (size_t)(j.p.mass_words * 4u));
+    }
     vkb_call_end(&c);
     return st;
 }

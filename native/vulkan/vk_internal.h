@@ -104,7 +104,8 @@ enum {
     VKB_SPEC_OP2 = 32,
     VKB_SPEC_OP3 = 33,
     VKB_SPEC_K_TILED = 34,         /* L.k_tiled: key codes in tiles of GOKV_KEY_TILE tokens (q4 keys) */
-    VKB_SPEC_COUNT = 35
+    VKB_SPEC_OP4 = 35,             /* a fifth op constant (attend, reduce: MASS) */
+    VKB_SPEC_COUNT = 36
 };
 
 typedef struct vkb_buffer {

@@ -23,6 +23,16 @@
 // (out = o / (l + e^(σ - m)), zeros when nothing was visible) or writes its partial (m, l, o[D_V]) to
 // `scratch` for reduce.comp. Nothing dequantized is ever stored: keys and values are decoded in registers.
 //
+// Attention mass (MASS, VKB_SPEC_OP4; a separate pipeline, so the plain one is unchanged): phase A also
+// stores the scores s = α q·k of the counted query rows (the sequence's rows from mass_row0 on) for every
+// token of the item's ranges, NEG where the row does not see the token, at scratch word
+// score_w + ((row - mass_row0) * n_heads_q + head) * kv_len + t; finalize stores each row's softmax factors
+// (a, b), prob_t = e^(s_t - a) b, at stats_w + 2 (row * n_heads_q + head) (reduce.comp does it for split
+// rows), and mass.comp sums the probabilities per kv head and token.
+//
+// Validity masks are per sequence, or per kv head (the host sets the sequence's mask_head_w to the words
+// of one kv head's mask): kv head h reads its mask at mask_w + h * mask_head_w.
+//
 // Loops over the register arrays (score, acc, xv: trip counts are specialization constants) are marked
 // [[unroll]] so that the arrays stay in registers.
 //
@@ -40,6 +50,7 @@
 layout(constant_id = 30) const uint NQ_MAX = 4;
 layout(constant_id = 31) const uint CPI = 4;
 layout(constant_id = 32) const uint NSG_MAX = 64;
+layout(constant_id = 35) const uint MASS = 0;   // store scores and softmax factors for mass.comp
 
 const uint NONE = 0xffffffffu;
 const float NEG = -3.0e38;               // score of an invisible token, m of a vector that saw nothing
@@ -50,7 +61,7 @@ const uint GQ = GROUP > 0u ? GROUP : 1u;       // GROUP, safe to divide by in f3
 const uint NU = D_V / CPI;                              // value units of a row
 const uint UPI = (NU + WG_SIZE - 1u) / WG_SIZE;         // units per invocation
 const uint TS = NU >= WG_SIZE ? 1u : WG_SIZE / NU;      // token slices of phase C
-const uint ITEM_WORDS = 12u, SEQ_WORDS = 5u;
+const uint ITEM_WORDS = 12u, SEQ_WORDS = 11u;
 
 #include "push.glsl"
 PUSH_BLOCK(GOKV_PUSH_ATTEND); // the fields: push.glsl
@@ -219,6 +230,7 @@ struct Item {
     uint part;                                   // its split-K partial's offset, or NONE: finalize
     uint n_quant, page_w, mask_w, rs;            // the sequence: tokens in pages, page table, mask, ring slot
     uint nq, len_a, n_vis;                       // query vectors, tokens of [a0, a1), visible tokens
+    uint kv_len, mass_row0, score_w;             // MASS: the sequence's length, first counted row, scores
 };
 
 Item load_item(uint item) {
@@ -240,7 +252,13 @@ Item load_item(uint item) {
     it.n_quant = in_u(sw + 1u);
     it.page_w = in_u(sw + 2u);
     it.mask_w = in_u(sw + 3u);
+    if (it.mask_w != NONE) it.mask_w += it.kvh * in_u(sw + 5u); // this kv head's mask
     it.rs = in_u(sw + 4u);
+    if (MASS != 0u) {
+        it.kv_len = in_u(sw);
+        it.mass_row0 = in_u(sw + 6u);
+        it.score_w = in_u(sw + 9u);
+    }
     it.nq = it.nrows * it.nheads;
     it.len_a = it.a1 - it.a0;
     it.n_vis = it.len_a + (it.b1 - it.b0);
@@ -298,6 +316,13 @@ void phase_a(Item it, uint blk, uint lid, uint tb, bool elect, uint sg) {
             pg = ring ? RING_TOKEN : id;
             slot = ring ? t : t % PAGE_SIZE;
         }
+        if (MASS != 0u) // every token of the ranges, NEG where the row does not see it
+            [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+                uint row = it.qrow0 + i / it.nheads;
+                if (i < it.nq && row >= it.mass_row0)
+                    scratch[it.score_w + ((row - it.mass_row0) * pc.n_heads_q + it.head0 + i % it.nheads) * it.kv_len + t] =
+                        floatBitsToUint(score[i]);
+            }
     }
     tok_page[tb + lid] = pg;
     tok_slot[tb + lid] = slot;
@@ -387,6 +412,20 @@ void finalize(Item it, uint lid) {
         }
         down[((it.qrow0 + i / it.nheads) * pc.n_heads_q + head) * D_V + c] = floatBitsToUint(qo[x / 4u][x % 4u] * f);
     }
+    if (MASS != 0u) // prob_t = e^(s_t - m) f
+        for (uint i = lid; i < it.nq; i += WG_SIZE) {
+            uint head = it.head0 + i % it.nheads, w = pc.stats_w + 2u * ((it.qrow0 + i / it.nheads) * pc.n_heads_q + head);
+            float m = st_m[i], l = st_l[i], f = 0.0;
+            if (l > 0.0) {
+                bool has_sink = pc.sink_w != NONE;
+                float sigma = has_sink ? in_f(pc.sink_w + head) : NEG;
+                float M = max(m, sigma);
+                float wm = exp(m - M);
+                f = wm / (l * wm + (has_sink ? exp(sigma - M) : 0.0));
+            }
+            scratch[w] = floatBitsToUint(m);
+            scratch[w + 1u] = floatBitsToUint(f);
+        }
 }
 
 // ---- or write the partial (m, l, o[D_V]) for reduce.comp ----

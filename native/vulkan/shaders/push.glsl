@@ -22,7 +22,8 @@
     X(PUSH_INT, window)                                                                                      \
     X(PUSH_INT, n_sink_tokens)                                                                               \
     X(PUSH_FLOAT, scale)                                                                                     \
-    X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl) */
+    X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl) */                              \
+    X(PUSH_UINT, stats_w)   /* MASS: softmax factors [rows][n_heads_q][2] in scratch */
 
 // reduce.comp
 #define GOKV_PUSH_REDUCE(X)                                                                                  \
@@ -30,6 +31,19 @@
     X(PUSH_UINT, entry_w)   /* entry table in the inputs */                                                  \
     X(PUSH_UINT, part_w)    /* partials in scratch */                                                        \
     X(PUSH_UINT, sink_w)    /* learned sink logits in the inputs, or NONE */                                 \
+    X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl) */                              \
+    X(PUSH_UINT, stats_w)   /* MASS: softmax factors [rows][n_heads_q][2] in scratch */
+
+// mass.comp
+#define GOKV_PUSH_MASS(X)                                                                                    \
+    X(PUSH_UINT, n_items)                                                                                    \
+    X(PUSH_UINT, item_w)    /* mass item table in the inputs (MASS_ITEM_WORDS each) */                       \
+    X(PUSH_UINT, seq_w)     /* sequence table in the inputs (SEQ_WORDS each) */                              \
+    X(PUSH_UINT, stats_w)   /* softmax factors [rows][n_heads_q][2] in scratch */                            \
+    X(PUSH_UINT, n_heads_q)                                                                                  \
+    X(PUSH_INT, window)                                                                                      \
+    X(PUSH_INT, n_sink_tokens)                                                                               \
+    X(PUSH_UINT, span)      /* tokens per item */                                                            \
     X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl) */
 
 // baseline_dequant.comp
