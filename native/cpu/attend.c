@@ -66,7 +66,8 @@ typedef struct tile {
 typedef struct mass_seq {
     int32_t rows, counted, first_q;
     int64_t store;
-    int64_t mass; /* its first element in d->mass */
+    int64_t mass;  /* its first element in d->mass */
+    int64_t tile0; /* split sequences: the index of their row tile's first tile (kv head 0); else -1 */
 } mass_seq;
 
 /* A work unit of the mass pass: tokens [t0, t1) of kv head h of sequence seq. */
@@ -90,6 +91,7 @@ typedef struct attend_ctx {
     float *store;       /* kept scores: sequence s's at mseq[s].store, [kv head][counted query][token] */
     mass_seq *mseq;
     mass_unit *units;
+    int64_t n_reduce;   /* the tiles of finish_task's loop (its reduce part), before the mass units */
     uint8_t *scratch;   /* per-worker scratch: one part per kv head of an item, then the block's scores */
     size_t scratch_bytes, head_scratch_bytes, scores_at;
 } attend_ctx;
@@ -619,7 +621,6 @@ static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
             }
             if (M == -INFINITY) { /* nothing visible in any chunk */
                 memset(out, 0, (size_t)dv * sizeof *out);
-                if (c->lse) c->lse[(size_t)(qrow0 + r) * d->n_heads_q + head] = INFINITY;
                 continue;
             }
             if (has_sink && sigma > M) M = sigma;
@@ -634,7 +635,6 @@ static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
             }
             const float inv = 1.0f / den;
             for (int32_t v = 0; v < dv; v++) out[v] *= inv;
-            if (c->lse) c->lse[(size_t)(qrow0 + r) * d->n_heads_q + head] = M + logf(den);
         }
 }
 
@@ -713,6 +713,30 @@ static void mass_recompute(const attend_ctx *c, int32_t seq, int32_t h, const sc
     }
 }
 
+/* The final log-sum-exp of query vector i (row r = i / G of the sequence, head h * G + i % G) of a sequence: from
+ * the partials of its split tile's chunks when it has several (the same combine as reduce_tile, so the mass
+ * pass runs beside the reduce), else as the item wrote it. */
+static float query_lse(const attend_ctx *c, const mass_seq *ms, int32_t seq, int32_t h, int32_t i) {
+    const gokv_attend_desc *d = c->d;
+    const int32_t G = c->G, head = h * G + i % G;
+    const tile *tl = ms->tile0 >= 0 ? &c->tiles[ms->tile0 + h] : NULL;
+    if (!tl || tl->n_chunks <= 1) return c->lse[(size_t)(d->q_indptr[seq] + i / G) * d->n_heads_q + head];
+    const int32_t dv = c->L->d_v, nq = tl->nrows * G;
+    const size_t stride = (size_t)c->L->n_kv_heads * nq * (dv + 2);
+    const int has_sink = d->sink_logits != NULL;
+    const float sigma = has_sink ? d->sink_logits[head] : 0.0f;
+    const float *p0 = c->parts + tl->part + (size_t)i * (dv + 2);
+    float M = -INFINITY;
+    for (int32_t ch = 0; ch < tl->n_chunks; ch++)
+        if (p0[ch * stride + 1] > 0.0f && p0[ch * stride] > M) M = p0[ch * stride];
+    if (M == -INFINITY) return INFINITY;
+    if (has_sink && sigma > M) M = sigma;
+    float den = has_sink ? expf(sigma - M) : 0.0f;
+    for (int32_t ch = 0; ch < tl->n_chunks; ch++)
+        if (p0[ch * stride + 1] != 0.0f) den += expf(p0[ch * stride] - M) * p0[ch * stride + 1];
+    return M + logf(den);
+}
+
 static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
     const attend_ctx *c = ctx_;
     const mass_unit *u = &c->units[index];
@@ -724,11 +748,12 @@ static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
     memset(mass + u->t0, 0, (size_t)(u->t1 - u->t0) * sizeof(float));
     if (ms->counted == 0) return;
     const int32_t row_first = ms->rows - ms->counted;
-    const float *lse_seq = c->lse + (size_t)(d->q_indptr[u->seq] + row_first) * d->n_heads_q;
+    float *lse = carve(c->scratch + (size_t)worker * c->scratch_bytes, c->L, c->nq_max).m; /* the queries' lse */
     if (ms->store >= 0) { /* the scores kept by the walk, over the tokens it walked: read, not written back */
         float *buf = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->scores_at);
         const int64_t nqc = (int64_t)ms->counted * G;
         const float *kept = c->store + ms->store + (int64_t)u->h * nqc * kv_len;
+        for (int32_t i = 0; i < nqc; i++) lse[i] = query_lse(c, ms, u->seq, u->h, ms->first_q + i);
         seg segs[2];
         const int32_t n_segs = gokv_visible_ranges(d, kv_len, d->q_pos[u->seq], d->q_pos[u->seq] + ms->rows - 1, segs);
         for (int32_t sg = 0; sg < n_segs; sg++) {
@@ -738,7 +763,7 @@ static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
                 for (int32_t t1 = t; ids[t / P] >= 0 && t1 < e; t1 += CPU_BLOCK) { /* a block at a time through buf */
                     const int32_t n = e - t1 < CPU_BLOCK ? e - t1 : CPU_BLOCK;
                     for (int32_t i = 0; i < nqc; i++) {
-                        const float l = lse_seq[(size_t)(i / G) * d->n_heads_q + (size_t)u->h * G + i % G];
+                        const float l = lse[i];
                         if (l == INFINITY) continue;
                         memcpy(buf, kept + i * kv_len + t1, (size_t)n * sizeof(float));
                         c->k->exp_sum(buf, n, l);
@@ -753,7 +778,6 @@ static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
     /* scores computed again, the counted rows in groups of at most nq_max query vectors */
     scratch sc = carve(c->scratch + (size_t)worker * c->scratch_bytes, c->L, c->nq_max);
     sc.s = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->scores_at);
-    float *lse = sc.m; /* the queries' log-sum-exps */
     const int32_t group_rows = c->nq_max / G;
     for (int32_t r0 = row_first; r0 < ms->rows; r0 += group_rows) {
         const int32_t nr = ms->rows - r0 < group_rows ? ms->rows - r0 : group_rows, nq = nr * G;
@@ -764,13 +788,19 @@ static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
         for (int32_t sg = 0; sg < n_segs; sg++) any |= segs[sg].lo < u->t1 && segs[sg].hi > u->t0;
         if (!any) continue;
         load_queries(c, &sc, u->seq, u->h, r0, nr);
-        for (int32_t i = 0; i < nq; i++)
-            lse[i] = lse_seq[(size_t)(r0 - row_first + i / G) * d->n_heads_q + (size_t)u->h * G + i % G];
+        for (int32_t i = 0; i < nq; i++) lse[i] = query_lse(c, ms, u->seq, u->h, r0 * G + i);
         for (int32_t sg = 0; sg < n_segs; sg++) {
             const int32_t lo = segs[sg].lo > u->t0 ? segs[sg].lo : u->t0, hi = segs[sg].hi < u->t1 ? segs[sg].hi : u->t1;
             if (lo < hi) mass_recompute(c, u->seq, u->h, &sc, nq, lse, lo, hi, mass);
         }
     }
+}
+
+/* The loop after the items: tiles [0, n_reduce) reduce their chunks, then the mass units. */
+static void finish_task(void *ctx_, int64_t index, int32_t worker) {
+    const attend_ctx *c = ctx_;
+    if (index < c->n_reduce) reduce_tile(ctx_, index, worker);
+    else mass_unit_run(ctx_, index - c->n_reduce, worker);
 }
 
 /* Visible length of the tile of nrows query rows from row0 of sequence seq. */
@@ -855,6 +885,7 @@ static plan make_plan(const attend_ctx *c, cut k) {
             const int64_t head_part = (int64_t)nr * c->G * (L->d_v + 2);
             for (int32_t h = 0; c->items && h < L->n_kv_heads; h++)
                 c->tiles[pl.n_tiles + h] = (tile){s, h, r0, nr, nc, pl.n_part + h * head_part};
+            if (c->items && c->mseq && split) c->mseq[s].tile0 = pl.n_tiles;
             for (int32_t ch = 0; ch < nc; ch++) {
                 const int32_t v0 = nc == 1 ? 0 : ch * k.chunk, v1 = ch == nc - 1 ? len : v0 + k.chunk;
                 for (int32_t h = 0; h < L->n_kv_heads; h += heads, pl.n_items++) {
@@ -888,7 +919,7 @@ static mass_plan plan_mass(const attend_ctx *c) {
         const int32_t counted = d->mass_rows == 0 || d->mass_rows > rows ? rows : d->mass_rows;
         const int64_t floats = (int64_t)H * counted * c->G * kv;
         const int keep = rows > 0 && rows <= SPLIT_MAX_ROWS && mp.store_floats + floats <= MASS_STORE_MAX;
-        if (c->mseq) c->mseq[s] = (mass_seq){rows, counted, (rows - counted) * c->G, keep ? mp.store_floats : -1, off};
+        if (c->mseq) c->mseq[s] = (mass_seq){rows, counted, (rows - counted) * c->G, keep ? mp.store_floats : -1, off, -1};
         if (keep) mp.store_floats += floats;
         off += (int64_t)H * kv;
         for (int32_t h = 0; h < H; h++)
@@ -945,8 +976,9 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
 
     make_plan(&c, k); /* fills */
     cpu_threadpool_run(dev->tp, pl.n_items, run_item, &c);
-    if (pl.n_part > 0) cpu_threadpool_run(dev->tp, pl.n_tiles, reduce_tile, &c);
-    if (d->mass) cpu_threadpool_run(dev->tp, mp.n_units, mass_unit_run, &c);
+    /* the reduce and the mass pass in one loop: the mass units combine their split tiles' partials themselves */
+    c.n_reduce = pl.n_part > 0 ? pl.n_tiles : 0;
+    cpu_threadpool_run(dev->tp, c.n_reduce + mp.n_units, finish_task, &c);
     pthread_mutex_unlock(&dev->mu);
     return GOKV_OK;
 }

@@ -125,6 +125,50 @@ std::vector<MassCase> mass_cases() {
 }
 GOKV_INSTANTIATE_CASES(Table, Mass, mass_cases());
 
+/* Long decode (20K tokens: the CPU cuts it by tokens over every kv head, chunks of 4096 and more) beside a
+ * short sequence and one without rows; the mass of every token, plain, sinks + window + learned sinks, and
+ * holes + released pages; decode and a 4-row speculative step counting its last 2 rows. */
+class MassLong : public BackendParamTest<Fmt> {};
+
+TEST_P(MassLong, MatchesReferenceAndCpu) {
+    if (!dut_has_caps(GOKV_CAP_MASS)) GTEST_SKIP() << dut_name() << " has no GOKV_CAP_MASS";
+    AttnOpts base;
+    PoolCfg c = attn_cfg(param(), GQA, &base.n_heads_q);
+    const std::vector<int32_t> lens = {20000, 300, 500};
+    Pair pair;
+    ASSERT_TRUE(build_pair(c, lens, 8181u + (uint32_t)param().format, pair));
+    for (int32_t rows : {1, 4}) {
+        for (int32_t vis = 0; vis < 3; vis++) {
+            std::mt19937 rng(77u + (uint32_t)(rows * 3 + vis));
+            AttnOpts o = base;
+            o.mass = true;
+            o.mass_rows = rows == 4 ? 2 : 0;
+            std::vector<AttnSeq> seqs = {attn_seq(pair.dut, 0, rows), attn_seq(pair.dut, 1, rows), attn_seq(pair.dut, 2, 0)};
+            if (vis == 1) {
+                o.sinks = gen_normal(rng, (size_t)o.n_heads_q, 2.0f);
+                o.n_sink_tokens = 4;
+                o.window = 3000;
+            }
+            if (vis == 2) {
+                for (AttnSeq &s : seqs) {
+                    s.mask.assign((size_t)((s.kv_len + 31) / 32), 0u);
+                    std::bernoulli_distribution keep(0.8);
+                    for (int32_t t = 0; t < s.kv_len; t++)
+                        if (keep(rng)) s.mask[(size_t)(t / 32)] |= 1u << (t % 32);
+                }
+                seqs[0].pages[3] = -1;
+                seqs[0].pages[170] = -1;
+            }
+            const std::vector<float> q = gen_normal(rng, (size_t)total_rows(seqs) * (size_t)o.n_heads_q * (size_t)c.d_k);
+            cross_attend(pair, seqs, {0, 1, 2}, q, o, tol_for(c.format),
+                         c.name() + " 20K, rows " + std::to_string(rows) + ", rule " + std::to_string(vis));
+        }
+    }
+}
+
+const Fmt kLongFormats[] = {{GOKV_FORMAT_F16, 0, 0}, {GOKV_FORMAT_Q4, 32, 0}, {GOKV_FORMAT_KIVI2, 32, 128}};
+GOKV_INSTANTIATE_CASES(Formats, MassLong, kLongFormats);
+
 /* ---- per-kv-head masks ---- */
 
 struct KvMaskCase {
