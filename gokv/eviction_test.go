@@ -486,3 +486,78 @@ func refMassAdd(l LayerSpec, q, k []float32, p int, vis func(int) bool, scale fl
 		}
 	}
 }
+
+// TestTokenRequestsOnlyWhatItNeeds: Full and SinkWindow caches pass no masks and request no mass; H2O
+// requests mass on every step and passes masks once a token is hidden; SnapKV requests the observation
+// window's mass during the prefill only.
+func TestTokenRequestsOnlyWhatItNeeds(t *testing.T) {
+	spec := smallSpec(1, 32)
+	begin := func(c *Cache, e StepEntry) *Step {
+		st, err := c.Begin(e)
+		require.NoError(t, err)
+		require.NoError(t, st.Abort())
+		return st
+	}
+	for _, policy := range []EvictionPolicy{nil, SinkWindow{Sinks: 4, Window: 8}} {
+		c := tokenTestCache(t, spec, CacheOptions{Format: Format{Kind: F16}, PageSize: 8, MaxTokens: 512, Eviction: policy})
+		s, err := c.NewSequence()
+		require.NoError(t, err)
+		massStep(t, c, nil, prefill(s, 30))
+		st := begin(c, decode(s))
+		assert.Equal(t, -1, st.massRows, "%#v", policy)
+		assert.Nil(t, st.masks, "%#v", policy)
+	}
+	one := func(i, l, h, tok int) float32 { return 1 }
+	c := tokenTestCache(t, spec, CacheOptions{Format: Format{Kind: F16}, PageSize: 8, MaxTokens: 512, Eviction: H2O{Budget: 20, Recent: 4}})
+	s, err := c.NewSequence()
+	require.NoError(t, err)
+	massStep(t, c, one, prefill(s, 12))
+	st := begin(c, decode(s))
+	assert.Equal(t, 0, st.massRows, "H2O: every row's mass")
+	assert.Nil(t, st.masks[0], "H2O: nothing hidden yet, no mask")
+	massStep(t, c, one, prefill(s, 12))
+	st = begin(c, decode(s))
+	require.NotNil(t, st.masks[0], "H2O: tokens hidden, one mask per kv head")
+	assert.Len(t, st.masks[0], 2*1) // 2 kv heads x ceil(25/32) words
+	assert.Equal(t, bridge.AttendMaskPerKVHead, func() bridge.AttendFlags {
+		var a bridge.AttendBatch
+		st.attendTokens(0, &a)
+		return a.Flags
+	}())
+
+	c = tokenTestCache(t, spec, CacheOptions{Format: Format{Kind: F16}, PageSize: 8, MaxTokens: 512, Eviction: SnapKV{Budget: 16, Window: 6}})
+	s, err = c.NewSequence()
+	require.NoError(t, err)
+	st = begin(c, prefill(s, 30))
+	assert.Equal(t, 6, st.massRows, "SnapKV: the observation window's rows")
+	massStep(t, c, one, prefill(s, 30))
+	st = begin(c, decode(s))
+	assert.Equal(t, -1, st.massRows, "SnapKV: no mass once the prefill is over")
+	assert.NotNil(t, st.masks[0], "SnapKV decided at the first decode step")
+}
+
+// TestTokenHybridModel: in a model mixing full-attention and sliding-window layers, H2O governs the
+// full-attention layers only; the sliding layers keep their window (and their own page group).
+func TestTokenHybridModel(t *testing.T) {
+	spec := smallSpec(2, 32)
+	spec.Layers[1].Window = 16
+	c := tokenTestCache(t, spec, CacheOptions{Format: Format{Kind: F16}, PageSize: 8, MaxTokens: 1024, MaxSequences: 2,
+		Eviction: H2O{Budget: 20, Recent: 4}})
+	require.Len(t, c.groups, 2)
+	s, err := c.NewSequence()
+	require.NoError(t, err)
+	rng := newRand(9)
+	random := func(i, l, h, tok int) float32 { return float32(rng.Float64()) }
+	massStep(t, c, random, prefill(s, 40))
+	for range 10 {
+		massStep(t, c, random, decode(s))
+	}
+	assert.Nil(t, s.heads[1], "the sliding layer has no token-rule state")
+	vis, err := s.VisibleTokens(0)
+	require.NoError(t, err)
+	assert.Equal(t, []int{20, 20}, vis)
+	vis, err = s.VisibleTokens(1)
+	require.NoError(t, err)
+	assert.Equal(t, []int{4 + 16, 4 + 16}, vis, "sinks and window")
+	assert.Less(t, pagesUsed(c, 1), 50/8, "the sliding layer's group released its old pages")
+}

@@ -137,6 +137,15 @@ func (r *tokenRule) choose(x []float32, k int) []int {
 		}
 		return float64(v)
 	}
+	if k == 1 { // a decode step's usual case: one scan, not a sort
+		best := 0
+		for i := 1; i < len(x); i++ {
+			if key(x[i]) < key(x[best]) {
+				best = i
+			}
+		}
+		return []int{best}
+	}
 	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(key(x[a]), key(x[b])) })
 	return idx[:k]
 }

@@ -104,6 +104,12 @@ func TestH2OHidesTheLightest(t *testing.T) {
 	hid := rule.tokens.decide(&hs, 10, 2, scores)
 	assert.Equal(t, []int{3, 4, 6, 7}, hid) // keep 2 (5) and 5 (3); 3 and 6 tie at 1: both go (4 to drop)
 	assert.Equal(t, 6, hs.visible(10))
+	// One to drop (a decode step) scans instead of sorting, with the same order: NaN and -Inf lowest,
+	// ties to the older.
+	nan, inf := float32(math.NaN()), float32(math.Inf(-1))
+	assert.Equal(t, []int{1}, rule.tokens.choose([]float32{3, nan, 1, inf}, 1))
+	assert.Equal(t, []int{1, 3}, rule.tokens.choose([]float32{3, nan, 1, inf}, 2))
+	assert.Equal(t, []int{2}, rule.tokens.choose([]float32{3, 2, 1, 1}, 1))
 }
 
 // TestSnapKVPools: SnapKV ranks by pooled mass, so the neighbours of a heavy token are kept with it (max
