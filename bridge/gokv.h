@@ -102,6 +102,7 @@ enum {
     GOKV_CAP_BASELINE = 1u << 6, /* GOKV_ATTEND_DEQUANT_BASELINE is available */
     GOKV_CAP_MASS = 1u << 7,     /* gokv_attend_desc.mass (attention mass output) */
     GOKV_CAP_KV_HEAD_MASKS = 1u << 8, /* GOKV_ATTEND_MASK_PER_KV_HEAD */
+    GOKV_CAP_QUEST = 1u << 9,    /* pools with key_bounds, and gokv_attend_desc.quest_pages */
 };
 
 typedef struct gokv_device_info {
@@ -133,6 +134,8 @@ typedef struct gokv_pool_desc {
     int32_t page_size;      /* P tokens per page: a multiple of 8 (and of g for KIVI), 8..1024; 0 = 64 */
     int32_t n_pages;        /* capacity in pages, >= 1 */
     int32_t n_residual_slots; /* KIVI: per-sequence residual rings, one per live sequence; else 0 */
+    int32_t key_bounds;     /* 1: keep, per page and kv head, the per-channel min and max of the keys as stored
+                               (Quest's page bounds, gokv_layout.h; GOKV_CAP_QUEST); 0: none */
 } gokv_pool_desc;
 
 gokv_status gokv_pool_create(gokv_device *dev, const gokv_pool_desc *desc, gokv_pool **out);
@@ -251,6 +254,20 @@ typedef struct gokv_attend_desc {
      * window). Computed in the same call as out; not with GOKV_ATTEND_DEQUANT_BASELINE. */
     float *mass;
     int32_t mass_rows;
+    /* Quest (a pool made with key_bounds): quest_pages = K > 0 makes each sequence's decode row read, per kv
+     * head, only the K pages of its table with the highest bound
+     *     B(page) = max over the kv head's query heads h of Σ_c max(q_hc · min_c, q_hc · max_c)
+     * (min_c, max_c: the page's stored key bounds; B >= q_h · k for every key the page holds), plus every
+     * page holding a sink token (t < n_sink_tokens) or one of the last quest_recent tokens, plus (KIVI) the
+     * residual ring; every other token is skipped as if masked (its mass is 0). Ties go to the older page.
+     * At most one query row per sequence, window 0, not with the baseline. */
+    int32_t quest_pages;
+    int32_t quest_recent;
+    float *quest_bounds;      /* optional out: [page_indptr[n_seqs]][n_kv_heads] B of each page-table entry;
+                                 -INFINITY for released pages and pages none of whose tokens are in pages yet */
+    int32_t *quest_selected;  /* optional out: [n_seqs][n_kv_heads][quest_pages] the table indices chosen by
+                                 bound (ascending), -1 where fewer pages compete; the sink and recent pages
+                                 are read besides them and are not listed */
 } gokv_attend_desc;
 gokv_status gokv_attend(gokv_device *dev, const gokv_attend_desc *desc);
 
@@ -270,6 +287,7 @@ typedef struct gokv_layout_sizes {
     uint64_t page_code_bytes;     /* of which stored elements or codes */
     uint64_t page_meta_bytes;     /* of which fp16 scales and biases */
     uint64_t residual_slot_bytes; /* one KIVI residual ring (R + g rows of fp16 K and V); 0 otherwise */
+    uint64_t page_bounds_bytes;   /* a page's key bounds, kept beside it (key_bounds); 0 otherwise */
 } gokv_layout_sizes;
 /* What a pool of this description allocates, from the same layout code every backend allocates by, with
  * no device: a pure function of the description, validated as gokv_pool_create validates it. The rest of

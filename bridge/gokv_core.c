@@ -237,6 +237,14 @@ gokv_status gokv_pool_create(gokv_device *dev, const gokv_pool_desc *desc, gokv_
     gokv_status st = gokv_take_desc(op, "desc", &d, sizeof d, desc, desc ? desc->struct_size : 0);
     if (st) return st;
     if ((st = gokv_validate_pool_desc(&d))) return st;
+    if (d.key_bounds) { /* the one pool feature a backend may lack: ask its capabilities */
+        gokv_device_info info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        if ((st = dev->be->device_info(dev->impl, &info))) return st;
+        if (!(info.caps & GOKV_CAP_QUEST))
+            return gokv_set_error(GOKV_ENOTSUP, "%s: backend \"%s\" keeps no key bounds (Quest)", op, dev->be->name);
+    }
     gokv_pool *p = calloc(1, sizeof *p);
     if (!p) return gokv_set_error(GOKV_ENOMEM, "%s: cannot allocate the pool handle", op);
     p->dev = dev;
@@ -286,6 +294,7 @@ gokv_status gokv_layout_sizes_get(const gokv_pool_desc *desc, gokv_layout_sizes 
     out->page_code_bytes = H * (k_rows * L.k_row_bytes + P * L.v_row_bytes);
     out->page_meta_bytes = H * 2u * 2u * (k_rows * (uint64_t)L.k_groups + P * (uint64_t)L.v_groups);
     out->residual_slot_bytes = L.ring_bytes;
+    out->page_bounds_bytes = L.bounds_bytes;
     return ok();
 }
 

@@ -77,4 +77,6 @@ void gokv_layout_init(gokv_layout *L, const gokv_pool_desc *d) {
     } else {
         L->ring_k = L->ring_v = L->ring_bytes = 0;
     }
+    L->key_bounds = d->key_bounds ? 1 : 0;
+    L->bounds_bytes = L->key_bounds ? H * 2u * (uint64_t)L->d_k * 2u : 0;
 }

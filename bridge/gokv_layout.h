@@ -33,6 +33,13 @@
  *
  * A KIVI residual slot is a ring of R + g rows; position t of a sequence lives in row t % (R + g):
  *     ring_k [R+g][Hkv][d_k] fp16, then ring_v [R+g][Hkv][d_v] fp16 (absent with v_is_k_prefix).
+ *
+ * Key bounds (pools with key_bounds, for Quest) live beside the pages, not in them, so a page's bytes do not
+ * depend on them: per page, bounds [Hkv][2][d_k] fp16, the per-channel min (row 0) and max (row 1) of the
+ * page's keys as stored (the dequantized values attention reads), min rounded toward -inf and max toward
+ * +inf so that they bound the float keys. A write that stores slot 0 of a page starts its bounds afresh;
+ * later writes widen them; KIVI keys count once flushed from the ring into their page. A page with no key
+ * yet holds min = +inf, max = -inf. gokv_pool_copy copies a page's bounds with it.
  */
 #ifndef GOKV_LAYOUT_H
 #define GOKV_LAYOUT_H
@@ -65,6 +72,9 @@ typedef struct gokv_layout {
     uint64_t page_bytes;
     /* residual ring */
     uint64_t ring_k, ring_v, ring_bytes;
+    /* key bounds beside each page: [Hkv][2][d_k] fp16 when key_bounds, else 0 */
+    int32_t key_bounds;
+    uint64_t bounds_bytes;
 } gokv_layout;
 
 /* Fills L from a validated pool description (page_size already defaulted). */

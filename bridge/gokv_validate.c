@@ -66,9 +66,10 @@ gokv_status gokv_validate_pool_desc(gokv_pool_desc *d) {
             FAIL(GOKV_EINVAL, "%s: n_residual_slots %d must be 0 for %s", op, d->n_residual_slots, fmt);
     }
     if (d->n_pages < 1) FAIL(GOKV_EINVAL, "%s: n_pages %d must be at least 1", op, d->n_pages);
+    if (d->key_bounds != 0 && d->key_bounds != 1) FAIL(GOKV_EINVAL, "%s: key_bounds %d must be 0 or 1", op, d->key_bounds);
     gokv_layout L;
     gokv_layout_init(&L, d);
-    const double total = (double)L.page_bytes * d->n_pages + (double)L.ring_bytes * d->n_residual_slots;
+    const double total = (double)(L.page_bytes + L.bounds_bytes) * d->n_pages + (double)L.ring_bytes * d->n_residual_slots;
     if (total > (double)(1ull << 46))
         FAIL(GOKV_ENOMEM, "%s: %d pages of %llu bytes exceed the 64 TiB limit", op, d->n_pages,
              (unsigned long long)L.page_bytes);
@@ -347,6 +348,9 @@ static gokv_status validate_attend_seqs(const char *op, const gokv_pool *pool, c
         const int32_t kv = d->kv_len[s];
         const int64_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
         if (kv < 0) FAIL(GOKV_EINVAL, "%s: kv_len[%d]=%d is negative", op, s, kv);
+        if (d->quest_pages > 0 && rows > 1)
+            FAIL(GOKV_EINVAL, "%s: sequence %d has %lld query rows; Quest reads one decode row per sequence", op, s,
+                 (long long)rows);
         if (d->q_pos[s] < 0 || (int64_t)d->q_pos[s] + rows > INT32_MAX)
             FAIL(GOKV_EINVAL, "%s: q_pos[%d]=%d is negative or overflows with %lld rows", op, s, d->q_pos[s], (long long)rows);
         if ((st = check_table(op, pool, s, d->page_ids + d->page_indptr[s], d->page_indptr[s + 1] - d->page_indptr[s], kv)))
@@ -381,6 +385,17 @@ gokv_status gokv_validate_attend(const char *op, gokv_device *dev, const gokv_at
     if (d->mass_rows < 0) FAIL(GOKV_EINVAL, "%s: mass_rows %d is negative", op, d->mass_rows);
     if (d->mass && (d->flags & GOKV_ATTEND_DEQUANT_BASELINE))
         FAIL(GOKV_EINVAL, "%s: mass is not computed by the dequantize-then-attend baseline", op);
+    if (d->quest_pages < 0) FAIL(GOKV_EINVAL, "%s: quest_pages %d is negative", op, d->quest_pages);
+    if (d->quest_recent < 0) FAIL(GOKV_EINVAL, "%s: quest_recent %d is negative", op, d->quest_recent);
+    if (d->quest_pages == 0 && (d->quest_bounds || d->quest_selected))
+        FAIL(GOKV_EINVAL, "%s: quest_bounds or quest_selected given without quest_pages", op);
+    if (d->quest_pages > 0) {
+        if (!pool->desc.key_bounds)
+            FAIL(GOKV_EINVAL, "%s: quest_pages %d needs a pool made with key_bounds", op, d->quest_pages);
+        if (d->window != 0) FAIL(GOKV_EINVAL, "%s: quest_pages with window %d: Quest keeps every token", op, d->window);
+        if (d->flags & GOKV_ATTEND_DEQUANT_BASELINE)
+            FAIL(GOKV_EINVAL, "%s: quest_pages is not read by the dequantize-then-attend baseline", op);
+    }
     const gokv_layout *L = &pool->layout;
     if (d->n_heads_q < 1 || d->n_heads_q > MAX_HEADS * 16 || d->n_heads_q % L->n_kv_heads != 0)
         FAIL(GOKV_EINVAL, "%s: n_heads_q %d is not a positive multiple of the pool's %d kv heads", op, d->n_heads_q,
