@@ -245,6 +245,13 @@ TEST_P(KvHeadMasks, EachHeadSeesItsOwnTokens) {
         o.window = 40;
         cross_attend(pair, rules, {0, 1, 2}, q, o, tol_for(c.format), what + " per-kv-head masks + window + sinks");
 
+        /* the dequantize-then-attend baseline reads the same masks */
+        if (dut_has_caps(GOKV_CAP_BASELINE)) {
+            AttnOpts ob = o;
+            ob.flags |= GOKV_ATTEND_DEQUANT_BASELINE;
+            check_attend(dut(), pair.dut, rules, q, ob, tol_for(c.format), what + " per-kv-head masks + window + sinks, baseline");
+        }
+
         /* with the mass: masked tokens get 0 (check_attend: every token no counted query sees is exactly 0) */
         if (has_mass) {
             o.mass = true;
