@@ -28,6 +28,8 @@ func FuzzAttendValidation(f *testing.F) {
 	f.Add(uint8(1), uint8(2), int32(90), int32(85), int32(1), float32(0.1), int32(8), int32(4), int32(16), uint32(2), int8(0), uint32(0xffff), float32(1))
 	f.Add(uint8(2), uint8(4), int32(40), int32(0), int32(-1), float32(1), int32(3), int32(2), int32(1), uint32(1), int8(1), uint32(5), float32(-3))
 	f.Add(uint8(3), uint8(3), int32(-5), int32(-1), int32(99), float32(-1), int32(-2), int32(-3), int32(-4), uint32(8), int8(-1), uint32(0), float32(0))
+	f.Add(uint8(32+2), uint8(4), int32(40), int32(39), int32(0), float32(0.3), int32(0), int32(0), int32(3), uint32(4), int8(0), uint32(0x1fffffff), float32(0))
+	f.Add(uint8(32+16+1), uint8(2), int32(90), int32(88), int32(1), float32(0.3), int32(0), int32(0), int32(0), uint32(0), int8(1), uint32(0), float32(0))
 	f.Add(uint8(4), uint8(0), int32(1<<30), int32(1<<30), int32(1<<30), float32(math.Inf(1)), int32(1<<30), int32(1<<30), int32(1<<30), uint32(3), int8(2), uint32(7), float32(math.NaN()))
 
 	f.Fuzz(func(t *testing.T, sel, heads uint8, kvLen, qPos, pageID int32, scale float32, window, sinkTokens,
@@ -72,6 +74,20 @@ func FuzzAttendValidation(f *testing.F) {
 				b.SinkLogits[i] = sink
 			}
 		}
+		if sel&32 != 0 { // attention mass, its length off by delta%2 when sel&16
+			want := 0
+			for _, l := range b.KVLen {
+				want += c.desc.KVHeads * max(int(l), 0)
+			}
+			if want > 1<<20 {
+				want = 16 // a length the call must refuse, not a 4 GiB buffer
+			}
+			if sel&16 != 0 {
+				want = max(0, want+int(delta)%2)
+			}
+			b.Mass = make([]float32, want)
+			b.MassRows = int(chunk%7) - 1
+		}
 		rows := int(b.QIndptr[n])
 		b.Q = make([]float32, max(0, rows*b.HeadsQ*c.desc.HeadDimK+int(delta)))
 		for i := range b.Q {
@@ -84,6 +100,11 @@ func FuzzAttendValidation(f *testing.F) {
 			for i, x := range b.Out {
 				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
 					t.Fatalf("out[%d] = %g after a successful call", i, x)
+				}
+			}
+			for i, x := range b.Mass {
+				if !(x >= 0) || math.IsInf(float64(x), 0) {
+					t.Fatalf("mass[%d] = %g after a successful call", i, x)
 				}
 			}
 			return
