@@ -35,9 +35,11 @@
  * prob = e^(s - a) b, from the rows it finalizes; reduce_mass.comp stores them for split rows. Then
  * mass.comp sums the probabilities per sequence, kv head and token over the kv head's query heads and the
  * counted rows, and writes every element (zeros where no counted row sees a token, and for sequences with
- * no query rows). A call without query rows writes zeros on the host. The scores take counted rows x
- * n_heads_q x kv_len words of scratch per sequence: a call whose scratch would pass the device's storage
- * buffer range is refused (GOKV_ENOMEM), as any other.
+ * no query rows). A call without query rows writes zeros on the host. The kept scores take counted rows x
+ * n_heads_q x kv_len words of scratch per sequence, so they are kept only for sequences of at most
+ * SPLIT_MAX_ROWS counted rows; for the others (longer prefills) mass_keys.comp computes the scores again
+ * from the pool, with the attention pass's key decoding, and needs no scratch. Both run after the same
+ * barrier and write different sequences' mass.
  *
  * Validity masks per kv head (GOKV_ATTEND_MASK_PER_KV_HEAD): the sequence table gives the words of one kv
  * head's mask, ceil(kv_len / 32), and an item reads its kv head's mask (0 for a shared mask).
@@ -89,8 +91,8 @@ typedef struct plan {
     /* mass: items, the table in up, softmax factors and scores in scratch, its place in down (words) */
     int mass;
     uint32_t mass_span;
-    int64_t n_mass_items;
-    uint64_t mass_item_w, stats_w, score_w, score_words, mass_down_w, mass_words;
+    int64_t n_mass_items, n_key_items; /* mass.comp (kept scores), mass_keys.comp (scores computed again) */
+    uint64_t mass_item_w, key_item_w, stats_w, score_w, score_words, mass_down_w, mass_words;
 } plan;
 
 /* The query rows of a sequence that count towards its mass: its last mass_rows rows (0: all). */
@@ -98,6 +100,10 @@ static int32_t mass_rows_of(const gokv_attend_desc *d, int32_t s) {
     const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
     return d->mass_rows > 0 && d->mass_rows < rows ? d->mass_rows : rows;
 }
+
+/* Whether the attention pass keeps a sequence's scores for mass.comp: up to SPLIT_MAX_ROWS counted rows
+ * (decode, short prefills); for more, mass_keys.comp computes them again, which needs no scratch. */
+static int mass_keeps_scores(const gokv_attend_desc *d, int32_t s) { return mass_rows_of(d, s) <= SPLIT_MAX_ROWS; }
 
 /* Shared memory of attend_common.glsl for nq query vectors (keep in sync with its declarations). */
 static uint64_t shared_bytes(const gokv_layout *L, uint32_t nq, uint32_t wg, uint32_t nsg) {
@@ -253,25 +259,33 @@ static void walk_tpages(const gokv_attend_desc *d, const gokv_layout *L, plan *p
     p->n_tpages = n;
 }
 
-/* Mass items (sequence, kv head, first token), span tokens each, over every token of every sequence.
- * Counts them when up is NULL; otherwise writes the table. Also counts the mass words and score words. */
+/* Mass items (sequence, kv head, first token) over every token of every sequence: mass.comp's (span tokens
+ * each) for the sequences whose scores are kept (and those without rows), mass_keys.comp's (one workgroup
+ * of tokens each) for the others. Counts them when up is NULL; otherwise writes the tables. Also counts the
+ * mass words and the kept score words. */
 static void walk_mass_items(const gokv_attend_desc *d, const gokv_layout *L, plan *p, uint32_t *up) {
-    int64_t n = 0;
+    int64_t n = 0, nk = 0;
     uint64_t mass_words = 0, score_words = 0;
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const int32_t kv_len = d->kv_len[s];
+        const int keep = mass_keeps_scores(d, s);
+        const uint32_t span = keep ? p->mass_span : p->wg;
+        int64_t *cnt = keep ? &n : &nk;
         for (int32_t kvh = 0; kvh < L->n_kv_heads; kvh++)
-            for (int64_t t0 = 0; t0 < kv_len; t0 += p->mass_span, n++)
+            for (int64_t t0 = 0; t0 < kv_len; t0 += span) {
                 if (up) {
-                    uint32_t *e = up + p->mass_item_w + (uint64_t)n * MASS_ITEM_WORDS;
+                    uint32_t *e = up + (keep ? p->mass_item_w : p->key_item_w) + (uint64_t)*cnt * MASS_ITEM_WORDS;
                     e[0] = (uint32_t)s;
                     e[1] = (uint32_t)kvh;
                     e[2] = (uint32_t)t0;
                 }
+                ++*cnt;
+            }
         mass_words += (uint64_t)L->n_kv_heads * (uint64_t)kv_len;
-        score_words += (uint64_t)mass_rows_of(d, s) * (uint64_t)d->n_heads_q * (uint64_t)kv_len;
+        if (keep) score_words += (uint64_t)mass_rows_of(d, s) * (uint64_t)d->n_heads_q * (uint64_t)kv_len;
     }
     p->n_mass_items = n;
+    p->n_key_items = nk;
     p->mass_words = mass_words;
     p->score_words = score_words;
 }
@@ -300,9 +314,10 @@ static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, ui
         e[6] = (uint32_t)(d->q_indptr[s + 1] - cr);
         e[7] = (uint32_t)cr;
         e[8] = (uint32_t)(d->q_pos[s] + rows - cr);
-        e[9] = (uint32_t)score;
+        const int keep = p->mass && mass_keeps_scores(d, s);
+        e[9] = keep ? (uint32_t)score : NONE;
         e[10] = (uint32_t)mass_out;
-        score += (uint64_t)cr * (uint64_t)d->n_heads_q * (uint64_t)kv_len;
+        if (keep) score += (uint64_t)cr * (uint64_t)d->n_heads_q * (uint64_t)kv_len;
         mass_out += (uint64_t)L->n_kv_heads * (uint64_t)kv_len;
     }
     walk_items(d, L, p, up);
@@ -327,7 +342,7 @@ typedef struct attend_job {
     plan p;
     int baseline;
     int staged;                         /* inputs copied from up into scratch at in_base (discrete GPUs) */
-    VkPipeline attend, reduce, dequant, mass; /* reduce, dequant, mass: VK_NULL_HANDLE when not needed */
+    VkPipeline attend, reduce, dequant, mass, mass_keys; /* all but attend: VK_NULL_HANDLE when not needed */
     uint64_t tpage_words, in_base, scratch_words, down_bytes;
 } attend_job;
 
@@ -363,14 +378,14 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
         walk_mass_items(d, L, p, NULL);
     }
     if (p->n_items > (int64_t)MAX_GRID * MAX_GRID || p->n_reduce > (int64_t)MAX_GRID * MAX_GRID ||
-        p->n_mass_items > (int64_t)MAX_GRID * MAX_GRID)
+        p->n_mass_items > (int64_t)MAX_GRID * MAX_GRID || p->n_key_items > (int64_t)MAX_GRID * MAX_GRID)
         return gokv_set_error(GOKV_ENOMEM, "%s: vulkan: %lld work items are more than one call can dispatch; split the batch",
                               op, (long long)p->n_items);
 
     /* the f32 pool the baseline expands into */
     gokv_layout F;
     if (j->baseline) {
-        gokv_pool_desc fd = {sizeof fd, GOKV_FORMAT_F32, 0, 0, L->n_kv_heads, L->d_k, L->d_v, 0, L->page_size, 1, 0};
+        gokv_pool_desc fd = {sizeof fd, GOKV_FORMAT_F32, 0, 0, L->n_kv_heads, L->d_k, L->d_v, 0, L->page_size, 1, 0, 0};
         gokv_layout_init(&F, &fd);
         p->f_page_w = F.page_bytes / 4u;
         p->f_v_w = F.v_codes / 4u;
@@ -389,6 +404,7 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     p->reduce_w = take(&w, (uint64_t)p->n_reduce * REDUCE_WORDS);
     p->tpage_w = take(&w, (uint64_t)p->n_tpages * TPAGE_WORDS);
     p->mass_item_w = take(&w, (uint64_t)p->n_mass_items * MASS_ITEM_WORDS);
+    p->key_item_w = take(&w, (uint64_t)p->n_key_items * MASS_ITEM_WORDS);
     p->up_words = w;
     /* scratch layout (words): baseline f32 pages, split-K partials, mass factors and scores, staged inputs */
     j->tpage_words = (uint64_t)p->n_tpages * p->f_page_w;
@@ -424,6 +440,8 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     spec[VKB_SPEC_OP3] = (uint32_t)j->staged;
     spec[VKB_SPEC_OP4] = (uint32_t)p->mass;
     st = vkb_get_pipeline(dev, j->baseline ? "baseline_attend" : "attend", spec, &j->attend);
+    spec[VKB_SPEC_OP4] = 0;
+    if (!st && p->n_key_items) st = vkb_get_pipeline(dev, "mass_keys", spec, &j->mass_keys);
     memcpy(spec, pool->spec, sizeof spec);
     spec[VKB_SPEC_OP3] = (uint32_t)j->staged;
     if (!st && p->n_reduce) st = vkb_get_pipeline(dev, p->mass ? "reduce_mass" : "reduce", spec, &j->reduce);
@@ -465,6 +483,13 @@ static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_d
                               (uint32_t)p->stats_w, (uint32_t)d->n_heads_q, d->window, d->n_sink_tokens,
                               p->mass_span, in_base};
         dispatch_items(c, j->mass, &mp, sizeof mp, p->n_mass_items);
+    }
+    if (j->mass_keys) { /* the same reads; it writes other sequences' mass than mass.comp */
+        if (!j->mass) vkb_cmd_barrier(c);
+        attend_push kp = ap;
+        kp.n_items = (uint32_t)p->n_key_items;
+        kp.item_w = (uint32_t)p->key_item_w;
+        dispatch_items(c, j->mass_keys, &kp, sizeof kp, p->n_key_items);
     }
 }
 

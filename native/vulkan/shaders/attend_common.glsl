@@ -28,7 +28,8 @@
 // token of the item's ranges, NEG where the row does not see the token, at scratch word
 // score_w + ((row - mass_row0) * n_heads_q + head) * kv_len + t; finalize stores each row's softmax factors
 // (a, b), prob_t = e^(s_t - a) b, at stats_w + 2 (row * n_heads_q + head) (reduce.comp does it for split
-// rows), and mass.comp sums the probabilities per kv head and token.
+// rows), and mass.comp sums the probabilities per kv head and token. A sequence with many counted rows
+// (score_w NONE) keeps no scores: mass_keys.comp computes them again.
 //
 // Validity masks are per sequence, or per kv head (the host sets the sequence's mask_head_w to the words
 // of one kv head's mask): kv head h reads its mask at mask_w + h * mask_head_w.
@@ -316,7 +317,7 @@ void phase_a(Item it, uint blk, uint lid, uint tb, bool elect, uint sg) {
             pg = ring ? RING_TOKEN : id;
             slot = ring ? t : t % PAGE_SIZE;
         }
-        if (MASS != 0u) // every token of the ranges, NEG where the row does not see it
+        if (MASS != 0u && it.score_w != NONE) // every token of the ranges, NEG where the row does not see it
             [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
                 uint row = it.qrow0 + i / it.nheads;
                 if (i < it.nq && row >= it.mass_row0)
