@@ -127,33 +127,62 @@ func checkAttend(op string, dev *Device, b *AttendBatch) error {
 				strconv.Itoa(pd.KVHeads)+" * sum(KVLen) = "+strconv.FormatInt(want, 10))
 		}
 	}
+	return checkQuest(op, b, n)
+}
+
+// checkQuest checks the Quest fields: the counts in range, the outputs only with QuestPages and exactly as
+// long as C writes them.
+func checkQuest(op string, b *AttendBatch, n int) error {
+	pd := &b.Pool.desc
+	switch {
+	case b.QuestPages < 0 || b.QuestPages > math.MaxInt32:
+		return newError(op, codeInvalid, "QuestPages "+strconv.Itoa(b.QuestPages)+" must be in [0, 2^31-1] (0 = Quest off)")
+	case b.QuestRecent < 0 || b.QuestRecent > math.MaxInt32:
+		return newError(op, codeInvalid, "QuestRecent "+strconv.Itoa(b.QuestRecent)+" must be in [0, 2^31-1]")
+	case b.QuestPages == 0 && (b.QuestBounds != nil || b.QuestSelected != nil):
+		return newError(op, codeInvalid, "QuestBounds or QuestSelected given without QuestPages")
+	}
+	if b.QuestBounds != nil {
+		if err := wantShape(op, "QuestBounds", len(b.QuestBounds), int(b.PageIndptr[n]), pd.KVHeads, 1); err != nil {
+			return err
+		}
+	}
+	if b.QuestSelected != nil {
+		if err := wantShape(op, "QuestSelected", len(b.QuestSelected), n, pd.KVHeads, b.QuestPages); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // cDesc builds the C descriptor of a checked batch, pinning its slices in pin.
 func (b *AttendBatch) cDesc(pin *runtime.Pinner) C.gokv_attend_desc {
 	return C.gokv_attend_desc{
-		struct_size:   C.uint32_t(unsafe.Sizeof(C.gokv_attend_desc{})),
-		pool:          b.Pool.handle,
-		n_seqs:        C.int32_t(len(b.QIndptr) - 1),
-		q_indptr:      ptrOf[int32, C.int32_t](pin, b.QIndptr),
-		page_indptr:   ptrOf[int32, C.int32_t](pin, b.PageIndptr),
-		page_ids:      ptrOf[int32, C.int32_t](pin, b.PageIDs),
-		kv_len:        ptrOf[int32, C.int32_t](pin, b.KVLen),
-		q_pos:         ptrOf[int32, C.int32_t](pin, b.QPos),
-		residual_slot: ptrOf[int32, C.int32_t](pin, b.ResidualSlot),
-		valid_mask:    ptrOf[uint32, C.uint32_t](pin, b.ValidMask),
-		valid_indptr:  ptrOf[int32, C.int32_t](pin, b.ValidIndptr),
-		n_heads_q:     C.int32_t(b.HeadsQ),
-		q:             ptrOf[float32, C.float](pin, b.Q),
-		out:           ptrOf[float32, C.float](pin, b.Out),
-		scale:         C.float(b.Scale),
-		sink_logits:   ptrOf[float32, C.float](pin, b.SinkLogits),
-		n_sink_tokens: C.int32_t(clampInt32(b.SinkTokens)),
-		window:        C.int32_t(clampInt32(b.Window)),
-		chunk_size:    C.int32_t(clampInt32(b.ChunkSize)),
-		flags:         C.uint32_t(b.Flags),
-		mass:          ptrOf[float32, C.float](pin, b.Mass),
-		mass_rows:     C.int32_t(clampInt32(b.MassRows)),
+		struct_size:    C.uint32_t(unsafe.Sizeof(C.gokv_attend_desc{})),
+		pool:           b.Pool.handle,
+		n_seqs:         C.int32_t(len(b.QIndptr) - 1),
+		q_indptr:       ptrOf[int32, C.int32_t](pin, b.QIndptr),
+		page_indptr:    ptrOf[int32, C.int32_t](pin, b.PageIndptr),
+		page_ids:       ptrOf[int32, C.int32_t](pin, b.PageIDs),
+		kv_len:         ptrOf[int32, C.int32_t](pin, b.KVLen),
+		q_pos:          ptrOf[int32, C.int32_t](pin, b.QPos),
+		residual_slot:  ptrOf[int32, C.int32_t](pin, b.ResidualSlot),
+		valid_mask:     ptrOf[uint32, C.uint32_t](pin, b.ValidMask),
+		valid_indptr:   ptrOf[int32, C.int32_t](pin, b.ValidIndptr),
+		n_heads_q:      C.int32_t(b.HeadsQ),
+		q:              ptrOf[float32, C.float](pin, b.Q),
+		out:            ptrOf[float32, C.float](pin, b.Out),
+		scale:          C.float(b.Scale),
+		sink_logits:    ptrOf[float32, C.float](pin, b.SinkLogits),
+		n_sink_tokens:  C.int32_t(clampInt32(b.SinkTokens)),
+		window:         C.int32_t(clampInt32(b.Window)),
+		chunk_size:     C.int32_t(clampInt32(b.ChunkSize)),
+		flags:          C.uint32_t(b.Flags),
+		mass:           ptrOf[float32, C.float](pin, b.Mass),
+		mass_rows:      C.int32_t(clampInt32(b.MassRows)),
+		quest_pages:    C.int32_t(clampInt32(b.QuestPages)),
+		quest_recent:   C.int32_t(clampInt32(b.QuestRecent)),
+		quest_bounds:   ptrOf[float32, C.float](pin, b.QuestBounds),
+		quest_selected: ptrOf[int32, C.int32_t](pin, b.QuestSelected),
 	}
 }

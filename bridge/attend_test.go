@@ -406,3 +406,67 @@ func TestAttendMassAndKVHeadMaskChecks(t *testing.T) {
 		assert.ErrorIs(t, Attend(dev, in.batch), ErrNotSupported, "a backend without CapMass refuses Mass")
 	}
 }
+
+// TestAttendQuestChecks: the Quest outputs must be exactly as long as C writes them and come only with
+// QuestPages, and the counts must not be negative: a wrong batch is an *Error naming the field, never a
+// native call that writes past a slice. A backend without CapQuest refuses pools with KeyBounds.
+func TestAttendQuestChecks(t *testing.T) {
+	dev := openCPU(t)
+	rng := rand.New(rand.NewPCG(23, 24))
+	c := newCache(t, dev, withFormat(testGeometries[0].desc, FormatF32), []int{10, 37}, rng)
+	hkv := c.desc.KVHeads
+	in0 := buildAttend(c, attendCase{}, 2*hkv, rng)
+	pages := len(in0.batch.PageIDs)
+	cases := []struct {
+		name string
+		edit func(b *AttendBatch)
+		want string
+	}{
+		{"pages negative", func(b *AttendBatch) { b.QuestPages = -1 }, "QuestPages"},
+		{"recent negative", func(b *AttendBatch) { b.QuestPages = 1; b.QuestRecent = -1 }, "QuestRecent"},
+		{"bounds without pages", func(b *AttendBatch) { b.QuestBounds = make([]float32, pages*hkv) }, "without QuestPages"},
+		{"selected without pages", func(b *AttendBatch) { b.QuestSelected = make([]int32, 2*hkv) }, "without QuestPages"},
+		{"bounds short", func(b *AttendBatch) { b.QuestPages = 2; b.QuestBounds = make([]float32, pages*hkv-1) }, "len(QuestBounds)"},
+		{"bounds long", func(b *AttendBatch) { b.QuestPages = 2; b.QuestBounds = make([]float32, pages*hkv+1) }, "len(QuestBounds)"},
+		{"selected short", func(b *AttendBatch) { b.QuestPages = 2; b.QuestSelected = make([]int32, 2*hkv*2-1) }, "len(QuestSelected)"},
+		{"selected long", func(b *AttendBatch) { b.QuestPages = 2; b.QuestSelected = make([]int32, 2*hkv*2+1) }, "len(QuestSelected)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := buildAttend(c, attendCase{}, 2*hkv, rng)
+			tc.edit(&in.batch)
+			err := Attend(dev, in.batch)
+			var e *Error
+			require.True(t, errors.As(err, &e), "%v", err)
+			assert.ErrorIs(t, err, ErrInvalid)
+			assert.Contains(t, e.Msg, tc.want)
+		})
+	}
+	// Right lengths on a pool without key bounds reach the C core, which names what is missing.
+	in := buildAttend(c, attendCase{}, 2*hkv, rng)
+	in.batch.QuestPages, in.batch.QuestBounds, in.batch.QuestSelected = 1, make([]float32, pages*hkv), make([]int32, 2*hkv)
+	err := Attend(dev, in.batch)
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "key_bounds")
+
+	info, err := dev.Info()
+	require.NoError(t, err)
+	desc := withFormat(testGeometries[0].desc, FormatQ4)
+	desc.Pages, desc.KeyBounds = 4, true
+	sizes, err := SizesOf(desc)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(desc.KVHeads*2*desc.HeadDimK*2), sizes.PageBoundsBytes, "bounds: [Hkv][2][d_k] fp16")
+	desc.KeyBounds = false
+	plain, err := SizesOf(desc)
+	require.NoError(t, err)
+	assert.Zero(t, plain.PageBoundsBytes)
+	assert.Equal(t, plain.PageBytes, sizes.PageBytes, "the bounds live beside the page")
+	desc.KeyBounds = true
+	p, err := NewPool(dev, desc)
+	if !info.Caps.Has(CapQuest) {
+		assert.ErrorIs(t, err, ErrNotSupported, "a backend without CapQuest refuses key bounds")
+		return
+	}
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+}

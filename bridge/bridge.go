@@ -94,6 +94,7 @@ func headerConstants() map[string][2]int64 {
 		"CapWindow":       {int64(CapWindow), C.GOKV_CAP_WINDOW}, "CapMLA": {int64(CapMLA), C.GOKV_CAP_MLA},
 		"CapHoles": {int64(CapHoles), C.GOKV_CAP_HOLES}, "CapBaseline": {int64(CapBaseline), C.GOKV_CAP_BASELINE},
 		"CapMass": {int64(CapMass), C.GOKV_CAP_MASS}, "CapKVHeadMasks": {int64(CapKVHeadMasks), C.GOKV_CAP_KV_HEAD_MASKS},
+		"CapQuest":              {int64(CapQuest), C.GOKV_CAP_QUEST},
 		"AttendMaskPerKVHead":   {int64(AttendMaskPerKVHead), C.GOKV_ATTEND_MASK_PER_KV_HEAD},
 		"AttendDequantBaseline": {int64(AttendDequantBaseline), C.GOKV_ATTEND_DEQUANT_BASELINE},
 		"AttendForceScalar":     {int64(AttendForceScalar), C.GOKV_ATTEND_FORCE_SCALAR},

@@ -28,6 +28,7 @@ func SizesOf(desc PoolDesc) (LayoutSizes, error) {
 		PageCodeBytes:     uint64(out.page_code_bytes),
 		PageMetaBytes:     uint64(out.page_meta_bytes),
 		ResidualSlotBytes: uint64(out.residual_slot_bytes),
+		PageBoundsBytes:   uint64(out.page_bounds_bytes),
 	}, nil
 }
 

@@ -55,9 +55,12 @@ func NewPool(dev *Device, desc PoolDesc) (*Pool, error) {
 
 // cDesc is desc as the C struct, every count clamped to int32 (the core rejects what is out of range).
 func (desc PoolDesc) cDesc() C.gokv_pool_desc {
-	prefix := C.int32_t(0)
+	prefix, bounds := C.int32_t(0), C.int32_t(0)
 	if desc.VIsKPrefix {
 		prefix = 1
+	}
+	if desc.KeyBounds {
+		bounds = 1
 	}
 	return C.gokv_pool_desc{
 		struct_size:      C.uint32_t(unsafe.Sizeof(C.gokv_pool_desc{})),
@@ -71,6 +74,7 @@ func (desc PoolDesc) cDesc() C.gokv_pool_desc {
 		page_size:        C.int32_t(clampInt32(desc.PageSize)),
 		n_pages:          C.int32_t(clampInt32(desc.Pages)),
 		n_residual_slots: C.int32_t(clampInt32(desc.ResidualSlots)),
+		key_bounds:       bounds,
 	}
 }
 

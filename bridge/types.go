@@ -70,6 +70,7 @@ const (
 	CapBaseline     Caps = 1 << 6 // AttendDequantBaseline is available
 	CapMass         Caps = 1 << 7 // AttendBatch.Mass (attention mass output, what H2O and SnapKV rank by)
 	CapKVHeadMasks  Caps = 1 << 8 // AttendMaskPerKVHead (one validity mask per kv head)
+	CapQuest        Caps = 1 << 9 // PoolDesc.KeyBounds and AttendBatch.QuestPages (Quest's page selection)
 )
 
 // Has reports whether every bit of c2 is in c.
@@ -105,6 +106,10 @@ type PoolDesc struct {
 	PageSize      int  // P tokens per page: a multiple of 8 (and of g for KIVI), 8..1024; 0 = 64
 	Pages         int  // capacity in pages, >= 1
 	ResidualSlots int  // KIVI: per-sequence residual rings, one per live sequence; else 0
+	// KeyBounds keeps, per page and kv head, the per-channel min and max of the stored keys (fp16, rounded
+	// outward), beside the page: Quest's page bounds (AttendBatch.QuestPages). Needs CapQuest: a backend
+	// without it refuses the pool with ErrNotSupported.
+	KeyBounds bool
 }
 
 // DefaultPageSize is the page size the ABI picks when PoolDesc.PageSize is 0.
@@ -207,27 +212,42 @@ const DefaultChunkSize = 512
 //	                     the softmax probability of t summed over h's query heads and over the counted
 //	                     rows (MassRows = 0: all rows of the call; R > 0: each sequence's last min(R, rows)
 //	                     rows), learned sink in the denominator; 0 for tokens no counted row sees
+//	QuestBounds          [PageIndptr[n], KVHeads] (written), or nil: each page-table entry's Quest bound per
+//	                     kv head, -Inf for released pages and pages with no key in them yet
+//	QuestSelected        [n, KVHeads, QuestPages] (written), or nil: the table indices each sequence and kv
+//	                     head read by bound (ascending), -1 where fewer pages competed; the sink and recent
+//	                     pages are read besides them and are not listed
+//
+// Quest (QuestPages = K > 0, a pool with KeyBounds, CapQuest): each sequence's single decode row reads,
+// per kv head, only the K pages with the highest bound B = max over the kv head's query heads of
+// Σ_c max(q_c·min_c, q_c·max_c), plus every page holding a sink token (t < SinkTokens) or one of the last
+// QuestRecent tokens (and the KIVI ring); the other tokens are skipped as if masked. At most one query
+// row per sequence, Window 0, not with AttendDequantBaseline.
 type AttendBatch struct {
-	Pool         *Pool
-	QIndptr      []int32
-	PageIndptr   []int32
-	PageIDs      []int32
-	KVLen        []int32
-	QPos         []int32
-	ResidualSlot []int32
-	ValidMask    []uint32
-	ValidIndptr  []int32
-	HeadsQ       int // a multiple of the pool's KVHeads
-	Q            []float32
-	Out          []float32
-	Scale        float32 // α, > 0 and finite (typically 1/sqrt(d_k))
-	SinkLogits   []float32
-	SinkTokens   int // first positions always visible under a window (StreamingLLM)
-	Window       int // sliding window W, 0 = none
-	ChunkSize    int // split-K chunk in tokens, 0 = DefaultChunkSize
-	Flags        AttendFlags
-	Mass         []float32 // attention mass output (needs CapMass), or nil; not with AttendDequantBaseline
-	MassRows     int       // query rows counted in Mass per sequence: 0 = all, R > 0 = the last min(R, rows)
+	Pool          *Pool
+	QIndptr       []int32
+	PageIndptr    []int32
+	PageIDs       []int32
+	KVLen         []int32
+	QPos          []int32
+	ResidualSlot  []int32
+	ValidMask     []uint32
+	ValidIndptr   []int32
+	HeadsQ        int // a multiple of the pool's KVHeads
+	Q             []float32
+	Out           []float32
+	Scale         float32 // α, > 0 and finite (typically 1/sqrt(d_k))
+	SinkLogits    []float32
+	SinkTokens    int // first positions always visible under a window (StreamingLLM)
+	Window        int // sliding window W, 0 = none
+	ChunkSize     int // split-K chunk in tokens, 0 = DefaultChunkSize
+	Flags         AttendFlags
+	Mass          []float32 // attention mass output (needs CapMass), or nil; not with AttendDequantBaseline
+	MassRows      int       // query rows counted in Mass per sequence: 0 = all, R > 0 = the last min(R, rows)
+	QuestPages    int       // Quest: pages read by bound per sequence and kv head (0 = off)
+	QuestRecent   int       // Quest: the newest tokens whose pages are always read
+	QuestBounds   []float32 // optional output with QuestPages (see above)
+	QuestSelected []int32   // optional output with QuestPages (see above)
 }
 
 // LayoutSizes is what a pool of one description allocates (gokv_layout_sizes): the C core's layout,
@@ -237,6 +257,7 @@ type LayoutSizes struct {
 	PageCodeBytes     uint64 // of which stored elements or codes
 	PageMetaBytes     uint64 // of which fp16 scales and biases (the rest is alignment and tile padding)
 	ResidualSlotBytes uint64 // one KIVI residual ring; 0 for the other formats
+	PageBoundsBytes   uint64 // a page's key bounds, kept beside it (KeyBounds); 0 otherwise
 }
 
 // Ceilings are a device's measured limits (gokv_device_measure): the bandwidth attention's bytes are
