@@ -36,9 +36,9 @@ type CacheOptions struct {
 	// prefills into chunks. 0 means 2048.
 	MaxStepTokens int
 	// Eviction is the eviction policy of the full-attention layers, e.g. &SinkWindow{Sinks: 4, Window:
-	// 4096}, H2O{Budget: 512, Recent: 64} or SnapKV{Budget: 1024, Window: 32}; nil keeps everything
-	// (Full). The policy is copied. H2O and SnapKV need a device with attention mass output and
-	// per-kv-head masks (DeviceCaps.Mass, KVHeadMasks).
+	// 4096}, H2O{Budget: 512, Recent: 64}, SnapKV{Budget: 1024, Window: 32} or Quest{Pages: 16, Recent:
+	// 64}; nil keeps everything (Full). The policy is copied. H2O and SnapKV need a device with attention
+	// mass output and per-kv-head masks (DeviceCaps.Mass, KVHeadMasks); Quest needs DeviceCaps.Quest.
 	Eviction EvictionPolicy
 	// Scale is the attention scale α; 0 means 1/sqrt(HeadDimK) of each layer. MLA callers, whose query
 	// heads are absorbed, pass their model's own scale.
@@ -78,6 +78,7 @@ type Cache struct {
 	layers   []*cacheLayer
 	hasKIVI  bool
 	tokens   *tokenRule // H2O or SnapKV (visibility.go), nil for Full and SinkWindow
+	quest    *Quest     // Quest (quest.go), nil otherwise
 
 	// life is held shared by every native call on the pools, exclusively by Close. closed is written
 	// under both life and mu, so either lock makes reading it safe.
@@ -112,6 +113,8 @@ type cacheLayer struct {
 	sinks     []float32 // learned sink logits [HeadsQ], replaced (never mutated) by SetSinkLogits; under mu
 	pageBytes uint64
 	slotBytes uint64
+	// boundsBytes: the key bounds kept beside each page (Quest layers), 0 otherwise
+	boundsBytes uint64
 }
 
 // NewCache creates a cache for spec on the engine. spec is copied. Per layer, the format must fit the
@@ -142,6 +145,8 @@ func (e *Engine) NewCache(spec ModelSpec, opts CacheOptions) (*Cache, error) {
 			return nil, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error()}
 		}
 		c.tokens = rule.tokens
+	} else if rule.quest != nil {
+		c.quest = rule.quest
 	}
 
 	// Formats and device support, layer by layer.
@@ -202,6 +207,7 @@ func (e *Engine) NewCache(spec ModelSpec, opts CacheOptions) (*Cache, error) {
 			Format: bridge.Format(cl.format.Kind), GroupSize: cl.format.Group, Residual: cl.format.Residual,
 			KVHeads: cl.spec.HeadsKV, HeadDimK: cl.spec.HeadDimK, HeadDimV: cl.spec.HeadDimV,
 			VIsKPrefix: cl.spec.VIsKPrefix(), PageSize: c.pageSize, Pages: cl.group.pages,
+			KeyBounds: c.questLayer(cl.index),
 		}
 		if cl.format.Kind.IsKIVI() {
 			desc.ResidualSlots = opts.MaxSequences
@@ -210,6 +216,11 @@ func (e *Engine) NewCache(spec ModelSpec, opts CacheOptions) (*Cache, error) {
 		if err == nil {
 			cl.pool = pool
 			cl.pageBytes, cl.slotBytes, err = pool.Sizes()
+		}
+		if err == nil && desc.KeyBounds {
+			var sizes bridge.LayoutSizes
+			sizes, err = bridge.SizesOf(desc)
+			cl.boundsBytes = sizes.PageBoundsBytes
 		}
 		if err != nil {
 			c.closePools()
@@ -313,6 +324,14 @@ func defaultCacheOptions(o *CacheOptions) error {
 			cp := *p
 			o.Eviction = &cp
 		}
+	case Quest:
+		o.Eviction = &p
+	case *Quest:
+		o.Eviction = nil
+		if p != nil {
+			cp := *p
+			o.Eviction = &cp
+		}
 	}
 	return nil
 }
@@ -348,6 +367,7 @@ func (c *Cache) checkLayer(i int, l LayerSpec, f Format) error {
 		{c.window() != nil, bridge.CapWindow, "SinkWindow eviction (windowed attention)"},
 		{c.tokens != nil && !l.Windowed(), bridge.CapMass, "H2O and SnapKV eviction (attention mass output)"},
 		{c.tokens != nil && !l.Windowed(), bridge.CapKVHeadMasks, "H2O and SnapKV eviction (per-kv-head masks)"},
+		{c.quest != nil && !l.Windowed(), bridge.CapQuest, "Quest eviction (key bounds and page selection)"},
 	}
 	for _, n := range need {
 		if n.on && !info.Caps.Has(n.cap) {
@@ -474,8 +494,8 @@ type CacheStats struct {
 	Groups        []GroupStats
 	PagesUsed     int    // over all groups
 	PagesTotal    int    // over all groups
-	BytesUsed     uint64 // pages in use times their bytes in every layer, plus the live sequences' KIVI rings
-	BytesReserved uint64 // all native storage: every pool's pages and rings
+	BytesUsed     uint64 // pages in use times their bytes (and Quest's key bounds) in every layer, plus the live sequences' KIVI rings
+	BytesReserved uint64 // all native storage: every pool's pages (with their key bounds) and rings
 	Sequences     int    // live sequences
 }
 
@@ -509,8 +529,8 @@ func (c *Cache) Stats() CacheStats {
 	}
 	for _, cl := range c.layers {
 		used := uint64(cl.group.pages - len(cl.group.free))
-		st.BytesUsed += used*cl.pageBytes + uint64(len(c.seqs))*cl.slotBytes
-		st.BytesReserved += uint64(cl.group.pages)*cl.pageBytes + uint64(c.opts.MaxSequences)*cl.slotBytes
+		st.BytesUsed += used*(cl.pageBytes+cl.boundsBytes) + uint64(len(c.seqs))*cl.slotBytes
+		st.BytesReserved += uint64(cl.group.pages)*(cl.pageBytes+cl.boundsBytes) + uint64(c.opts.MaxSequences)*cl.slotBytes
 	}
 	return st
 }

@@ -176,6 +176,7 @@ type DeviceCaps struct {
 	Baseline     bool // the dequantize-then-attend reference path (PagedAttend.Baseline)
 	Mass         bool // attention mass output (what H2O and SnapKV eviction rank tokens by)
 	KVHeadMasks  bool // one validity mask per kv head (what H2O and SnapKV eviction hide tokens with)
+	Quest        bool // pools with key bounds and Quest's page selection in decode (Quest eviction)
 }
 
 // Supports reports whether the device can store format f.
@@ -187,7 +188,8 @@ func deviceInfo(i bridge.DeviceInfo) DeviceInfo {
 		Caps: DeviceCaps{Decode: i.Caps.Has(bridge.CapDecode), Prefill: i.Caps.Has(bridge.CapPrefill),
 			LearnedSinks: i.Caps.Has(bridge.CapLearnedSinks), Window: i.Caps.Has(bridge.CapWindow),
 			MLA: i.Caps.Has(bridge.CapMLA), Holes: i.Caps.Has(bridge.CapHoles), Baseline: i.Caps.Has(bridge.CapBaseline),
-			Mass: i.Caps.Has(bridge.CapMass), KVHeadMasks: i.Caps.Has(bridge.CapKVHeadMasks)}}
+			Mass: i.Caps.Has(bridge.CapMass), KVHeadMasks: i.Caps.Has(bridge.CapKVHeadMasks),
+			Quest: i.Caps.Has(bridge.CapQuest)}}
 	for _, k := range []FormatKind{F32, F16, Q8, Q4, KIVI2, KIVI4} {
 		if i.SupportsFormat(bridge.Format(k)) {
 			d.Formats = append(d.Formats, k)

@@ -249,6 +249,10 @@ type PageLayout struct {
 	PageCodeBytes     int64 // of which the stored elements or codes
 	PageMetaBytes     int64 // of which the fp16 scales and biases (the rest is alignment and q4 key-tile padding)
 	ResidualSlotBytes int64 // one sequence's KIVI residual ring (Residual + Group fp16 rows); 0 for the other kinds
+	// PageBoundsBytes is what a pool with key bounds (the layers Quest governs) keeps beside each page:
+	// per kv head the per-channel min and max of the keys, fp16, [KVHeads][2][dk]. Not part of PageBytes;
+	// a layer under Quest allocates PageBytes + PageBoundsBytes per page.
+	PageBoundsBytes int64
 }
 
 // Layout returns the page layout of a pool of this format for kvHeads heads of key width dk and value
@@ -261,7 +265,8 @@ func (f Format) Layout(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) (PageLayo
 	const op = "Format.Layout"
 	if bridge.CgoEnabled {
 		desc := bridge.PoolDesc{Format: bridge.Format(f.Kind), GroupSize: f.Group, Residual: f.Residual,
-			KVHeads: kvHeads, HeadDimK: dk, HeadDimV: dv, VIsKPrefix: vIsKPrefix, PageSize: pageSize, Pages: 1}
+			KVHeads: kvHeads, HeadDimK: dk, HeadDimV: dv, VIsKPrefix: vIsKPrefix, PageSize: pageSize, Pages: 1,
+			KeyBounds: true}
 		if f.Kind.IsKIVI() {
 			desc.ResidualSlots = 1
 		}
@@ -273,7 +278,8 @@ func (f Format) Layout(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) (PageLayo
 			return PageLayout{}, wrapErr(op, "format "+f.String(), err)
 		}
 		return PageLayout{PageBytes: int64(s.PageBytes), PageCodeBytes: int64(s.PageCodeBytes),
-			PageMetaBytes: int64(s.PageMetaBytes), ResidualSlotBytes: int64(s.ResidualSlotBytes)}, nil
+			PageMetaBytes: int64(s.PageMetaBytes), ResidualSlotBytes: int64(s.ResidualSlotBytes),
+			PageBoundsBytes: int64(s.PageBoundsBytes)}, nil
 	}
 	if err := f.checkGeometry(kvHeads, dk, dv, pageSize, vIsKPrefix); err != nil {
 		return PageLayout{}, &Error{Op: op, Code: ErrorInvalid, Msg: strings.TrimPrefix(err.Error(), "gokv: ")}
@@ -343,7 +349,7 @@ func (f Format) layoutGo(kvHeads, dk, dv, pageSize int, vIsKPrefix bool) PageLay
 		codes += vCodesHead
 		meta += 2 * vScaleHead
 	}
-	l := PageLayout{PageBytes: head * H, PageCodeBytes: codes * H, PageMetaBytes: meta * H}
+	l := PageLayout{PageBytes: head * H, PageCodeBytes: codes * H, PageMetaBytes: meta * H, PageBoundsBytes: H * 2 * int64(dk) * 2}
 	if f.Kind.IsKIVI() {
 		rows := int64(f.Residual + f.Group)
 		l.ResidualSlotBytes = formatAlign64(rows * H * int64(dk) * 2)

@@ -33,6 +33,9 @@ type PagedPoolOptions struct {
 	PageSize      int  // tokens per page; 0 = DefaultPageSize
 	Pages         int  // capacity in pages, >= 1
 	ResidualSlots int  // KIVI: one fp16 residual ring per live sequence (PagedWrite.ResidualSlot); else 0
+	// KeyBounds keeps Quest's key bounds beside each page (PagedAttend.QuestPages; DeviceCaps.Quest),
+	// Layout().PageBoundsBytes per page.
+	KeyBounds bool
 }
 
 // PagedWrite appends tokens to n sequences: sequence s holds StartPos[s] tokens and receives the rows
@@ -76,6 +79,18 @@ type PagedAttend struct {
 	// Baseline uses the dequantize-then-attend path (materializes float32 K and V first) instead of the
 	// fused kernels: the reference point of benchmarks. DeviceCaps.Baseline says whether a device has it.
 	Baseline bool
+	// ValidMask and ValidIndptr: optional validity masks, bit t%32 of word t/32 set = token t visible,
+	// sequence s's words from ValidIndptr[s]; with MaskPerKVHead, HeadsKV masks of ceil(KVLen[s]/32) words
+	// per sequence, one per kv head (DeviceCaps.KVHeadMasks).
+	ValidMask     []uint32
+	ValidIndptr   []int32
+	MaskPerKVHead bool
+	// Quest (a pool with KeyBounds): each sequence's decode row reads, per kv head, only the QuestPages
+	// pages with the highest key bound plus the pages of the sink tokens (SinkTokens) and the QuestRecent
+	// newest tokens. QuestSelected, optional, receives the chosen page-table indices
+	// [n][KVHeads][QuestPages] (-1 where fewer competed).
+	QuestPages, QuestRecent int
+	QuestSelected           []int32
 }
 
 // NewPagedPool creates a page pool on the engine's device; Close it when done (Engine.Close does too).
@@ -95,7 +110,8 @@ func (e *Engine) NewPagedPool(o PagedPoolOptions) (*PagedPool, error) {
 	}
 	pool, err := bridge.NewPool(e.dev, bridge.PoolDesc{Format: bridge.Format(o.Format.Kind), GroupSize: o.Format.Group,
 		Residual: o.Format.Residual, KVHeads: o.KVHeads, HeadDimK: o.HeadDimK, HeadDimV: o.HeadDimV,
-		VIsKPrefix: o.VIsKPrefix, PageSize: o.PageSize, Pages: o.Pages, ResidualSlots: o.ResidualSlots})
+		VIsKPrefix: o.VIsKPrefix, PageSize: o.PageSize, Pages: o.Pages, ResidualSlots: o.ResidualSlots,
+		KeyBounds: o.KeyBounds})
 	if err != nil {
 		return nil, wrapErr(op, "format "+o.Format.String(), err)
 	}
@@ -125,10 +141,14 @@ func (p *PagedPool) Attend(a PagedAttend) error {
 	if a.Baseline {
 		flags = bridge.AttendDequantBaseline
 	}
+	if a.MaskPerKVHead {
+		flags |= bridge.AttendMaskPerKVHead
+	}
 	if err := bridge.Attend(p.e.dev, bridge.AttendBatch{Pool: p.pool, QIndptr: a.QIndptr, PageIndptr: a.PageIndptr,
 		PageIDs: a.PageIDs, KVLen: a.KVLen, QPos: a.QPos, ResidualSlot: a.ResidualSlot, HeadsQ: a.HeadsQ, Q: a.Q,
 		Out: a.Out, Scale: a.Scale, SinkLogits: a.SinkLogits, SinkTokens: a.SinkTokens, Window: a.Window,
-		ChunkSize: a.ChunkSize, Flags: flags}); err != nil {
+		ChunkSize: a.ChunkSize, Flags: flags, ValidMask: a.ValidMask, ValidIndptr: a.ValidIndptr,
+		QuestPages: a.QuestPages, QuestRecent: a.QuestRecent, QuestSelected: a.QuestSelected}); err != nil {
 		return p.fail("PagedPool.Attend", err)
 	}
 	return nil

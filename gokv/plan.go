@@ -41,6 +41,11 @@ type PlanOptions struct {
 	WeightsBytes int64
 	// OverheadBytes is everything else that must fit (activations, runtime, OS share).
 	OverheadBytes int64
+	// Eviction is the cache's policy (CacheOptions.Eviction), nil for Full. It sets what a decode step
+	// reads (LayerPlan.DecodeReadBytes), and Quest adds its key bounds to the memory of the full-attention
+	// layers (LayerPlan.PageBoundsBytes). The memory of the other policies is planned as Full's: what a
+	// cache must be able to hold before the policy releases anything.
+	Eviction EvictionPolicy
 }
 
 // LayerPlan is the planner's account of one layer, for one sequence unless stated otherwise.
@@ -67,9 +72,22 @@ type LayerPlan struct {
 	// ResidualBytes is the KIVI fp16 residual ring of one sequence (Format.ResidualSlotBytes; 0 for
 	// other formats), counted separately from the pages.
 	ResidualBytes int64
-	// KVBytes is this layer's total over all sequences: Sequences * (Pages*PageBytes + ResidualBytes),
-	// or SaturatedBytes when that is more than 8 EiB.
+	// PageBoundsBytes is the key bounds kept beside each page when Quest governs the layer
+	// (Format.Layout's PageBoundsBytes), else 0.
+	PageBoundsBytes int64
+	// KVBytes is this layer's total over all sequences: Sequences * (Pages*(PageBytes+PageBoundsBytes) +
+	// ResidualBytes), or SaturatedBytes when that is more than 8 EiB.
 	KVBytes int64
+	// DecodeReadTokens is how many tokens per kv head a decode step of one Context-long sequence reads in
+	// this layer under the policy: Full: Context; a window (sliding layer or SinkWindow): min(Context,
+	// window + sinks); H2O and SnapKV: min(Context, Budget) (SnapKV: right after the prefill, before the
+	// generated tokens add to it); Quest: the tokens of the pages it reads, min(Pages + sink and recent
+	// pages, all pages) whole pages.
+	DecodeReadTokens int
+	// DecodeReadBytes is what that decode step reads in this layer, for one sequence: DecodeReadTokens x
+	// the page bytes per token (codes, scales and alignment of every kv head), and for Quest the read
+	// pages' bytes plus the key bounds of every page (it scores them all).
+	DecodeReadBytes int64
 }
 
 // PlanResult is the outcome of Plan. All byte counts are exact integers of the allocation gokv makes
@@ -89,6 +107,11 @@ type PlanResult struct {
 	// MarginalBytesPerToken is the same sum over the full-attention layers only: what one more token
 	// of one sequence costs once the sliding windows are full.
 	MarginalBytesPerToken float64
+	// DecodeReadBytes is the sum of the layers' DecodeReadBytes: the K/V bytes one sequence's decode step
+	// reads at Context under the policy (Sequences times it for a batch).
+	DecodeReadBytes int64
+	// BoundsBytes is the part of KVBytes that is Quest's key bounds (0 without Quest).
+	BoundsBytes int64
 
 	MemoryBytes, WeightsBytes, OverheadBytes int64 // the budget's inputs (WeightsBytes after defaulting)
 	// BudgetBytes is MemoryBytes - WeightsBytes - OverheadBytes, the memory left for the KV cache
@@ -144,6 +167,15 @@ func Plan(spec ModelSpec, opts PlanOptions) (PlanResult, error) {
 	if err := planCheckOverrides(spec, opts.LayerFormats); err != nil {
 		return PlanResult{}, err
 	}
+	rule, err := resolveEviction(opts.Eviction)
+	if err != nil {
+		return PlanResult{}, fmt.Errorf("gokv: plan: %w", err)
+	}
+	if rule.tokens != nil {
+		if err := rule.tokens.check(spec.SinkTokens); err != nil {
+			return PlanResult{}, fmt.Errorf("gokv: plan: %w", err)
+		}
+	}
 
 	res.Layers = make([]LayerPlan, len(spec.Layers))
 	for i, l := range spec.Layers {
@@ -171,6 +203,9 @@ func Plan(spec ModelSpec, opts PlanOptions) (PlanResult, error) {
 			PageBytes:     layout.PageBytes, PageCodeBytes: layout.PageCodeBytes, PageMetaBytes: layout.PageMetaBytes,
 			ResidualBytes: layout.ResidualSlotBytes,
 		}
+		if rule.quest != nil && !l.Windowed() {
+			lp.PageBoundsBytes = layout.PageBoundsBytes
+		}
 		res.BytesPerToken += lp.BytesPerToken
 		if !l.Windowed() {
 			res.MarginalBytesPerToken += lp.BytesPerToken
@@ -178,6 +213,12 @@ func Plan(spec ModelSpec, opts PlanOptions) (PlanResult, error) {
 		res.Layers[i] = lp
 	}
 	res.KVBytes = planFill(res.Layers, spec.SinkTokens, res.PageSize, res.Sequences, res.Context)
+	for i := range res.Layers {
+		lp := &res.Layers[i]
+		planRead(lp, spec, rule, res.PageSize, res.Context)
+		res.DecodeReadBytes = planAddSat(res.DecodeReadBytes, lp.DecodeReadBytes)
+		res.BoundsBytes = planAddSat(res.BoundsBytes, planMulSat(int64(res.Sequences), planMulSat(int64(lp.Pages), lp.PageBoundsBytes)))
+	}
 
 	if res.MemoryBytes == 0 {
 		return res, nil
@@ -221,10 +262,31 @@ func planFill(layers []LayerPlan, sinkTokens, pageSize, sequences, n int) int64 
 		lp.HeldTokens = held
 		lp.PagedTokens = lp.Format.QuantizedTokens(held)
 		lp.Pages = int((int64(held) + int64(pageSize) - 1) / int64(pageSize))
-		lp.KVBytes = planMulSat(int64(sequences), planAddSat(planMulSat(int64(lp.Pages), lp.PageBytes), lp.ResidualBytes))
+		lp.KVBytes = planMulSat(int64(sequences), planAddSat(planMulSat(int64(lp.Pages), planAddSat(lp.PageBytes, lp.PageBoundsBytes)), lp.ResidualBytes))
 		total = planAddSat(total, lp.KVBytes)
 	}
 	return total
+}
+
+// planRead sets what a decode step of one n-token sequence reads in layer lp under the eviction rule.
+func planRead(lp *LayerPlan, spec ModelSpec, rule evictionRule, pageSize, n int) {
+	perToken := float64(lp.PageBytes) / float64(pageSize)
+	tokens := n
+	l := lp.Layer
+	switch r := layerRule(spec, l, rule.window); {
+	case r.window > 0:
+		tokens = int(min(int64(n), int64(r.window)+int64(r.sinks)))
+	case rule.tokens != nil:
+		tokens = min(n, rule.tokens.budget)
+	case rule.quest != nil:
+		pages := ceilDiv(n, pageSize)
+		read := min(pages, rule.quest.Pages+questForcedCount(n, spec.SinkTokens, rule.quest.Recent, pageSize))
+		lp.DecodeReadTokens = min(n, read*pageSize)
+		lp.DecodeReadBytes = planAddSat(planMulSat(int64(read), lp.PageBytes), planMulSat(int64(pages), lp.PageBoundsBytes))
+		return
+	}
+	lp.DecodeReadTokens = tokens
+	lp.DecodeReadBytes = int64(float64(tokens)*perToken + 0.5)
 }
 
 // planMulSat and planAddSat are a*b and a+b for non-negative operands, saturating at SaturatedBytes so

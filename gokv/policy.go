@@ -1,6 +1,9 @@
 package gokv
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Eviction policies (docs/architecture.md §6). The cache, not the policy, enforces the sink rule: positions
 // below the sink count are never released or hidden, and no policy ever sees them (or the recent window)
@@ -16,10 +19,12 @@ import "fmt"
 //     and SnapKV. They apply to the full-attention layers (sliding layers keep their window). See
 //     visibility.go for how hidden tokens become per-kv-head masks and released pages, and how that meets
 //     forks and copy-on-write.
+//   - Quest, a read rule: it keeps every token, and each decode step reads per kv head only the pages whose
+//     key bounds promise the highest scores (plus the sink and recent pages). It applies to the
+//     full-attention layers, whose pools keep key bounds.
 
 // EvictionPolicy is what CacheOptions.Eviction holds: which tokens of a sequence the cache may release.
-// The implementations are SinkWindow, H2O and SnapKV (Quest will be a further one), so a caller's code
-// that sets a policy keeps compiling as they arrive. Its method is unexported: policies are defined by
+// The implementations are SinkWindow, H2O, SnapKV and Quest. Its method is unexported: policies are defined by
 // this package, which enforces the sink rule itself (no policy can release a sink position).
 type EvictionPolicy interface {
 	// evictionRule returns what the policy does, or an error naming the field that is wrong with its
@@ -27,10 +32,39 @@ type EvictionPolicy interface {
 	evictionRule() (evictionRule, error)
 }
 
-// evictionRule is a resolved policy: a window rule, or a token rule (exactly one is set).
+// evictionRule is a resolved policy: a window rule, a token rule or a read rule (exactly one is set).
 type evictionRule struct {
 	window *SinkWindow
 	tokens *tokenRule
+	quest  *Quest
+}
+
+// Quest (Tang et al., 2024) keeps every token and makes each decode step read less of them: the pools of
+// the full-attention layers keep, per page and kv head, the per-channel min and max of the stored keys,
+// and a sequence's decode row reads, per kv head, only the Pages pages with the highest upper bound
+// B = max over the kv head's query heads of Σ_c max(q_c·min_c, q_c·max_c) (B >= q·k for every key of the
+// page), plus every page holding one of the model's sink tokens (ModelSpec.SinkTokens) or one of the
+// Recent newest tokens (and, for KIVI, the residual ring). The kernels score the pages in the same call as
+// the attention. Prefill rows attend in full, as in Quest: a step whose entries are not all single-token
+// decodes attends in full in every entry. Sliding-window layers keep their window.
+//
+// Pages must be >= 1, Recent >= 0. Needs a device with DeviceCaps.Quest (NewCache fails with
+// ErrNotSupported naming the layer otherwise). The key bounds cost 4·HeadsKV·HeadDimK bytes per page
+// (Format.Layout's PageBoundsBytes), counted by Plan and Cache.Stats.
+type Quest struct {
+	Pages  int // pages read by bound per sequence, layer and kv head, besides the sink and recent pages
+	Recent int // the newest tokens, whose pages are always read
+}
+
+func (p Quest) evictionRule() (evictionRule, error) {
+	name := fmt.Sprintf("Eviction Quest{Pages: %d, Recent: %d}", p.Pages, p.Recent)
+	switch {
+	case p.Pages < 1 || p.Pages > math.MaxInt32:
+		return evictionRule{}, fmt.Errorf("%s: Pages must be >= 1 (pages read by bound per kv head)", name)
+	case p.Recent < 0 || p.Recent > math.MaxInt32:
+		return evictionRule{}, fmt.Errorf("%s: Recent must be >= 0", name)
+	}
+	return evictionRule{quest: &p}, nil
 }
 
 // SinkWindow is StreamingLLM's policy: keep the first Sinks positions (the attention sinks) and the last
@@ -118,7 +152,7 @@ func (p SnapKV) evictionRule() (evictionRule, error) {
 	return evictionRule{tokens: &tokenRule{kind: ruleSnapKV, name: name, budget: p.Budget, protect: p.Window, kernel: k, avg: p.AvgPool}}, nil
 }
 
-// resolveEviction resolves a policy: nil (also a nil *SinkWindow, *H2O or *SnapKV) keeps everything.
+// resolveEviction resolves a policy: nil (also a nil *SinkWindow, *H2O, *SnapKV or *Quest) keeps everything.
 func resolveEviction(p EvictionPolicy) (evictionRule, error) {
 	switch v := p.(type) {
 	case nil:
@@ -132,6 +166,10 @@ func resolveEviction(p EvictionPolicy) (evictionRule, error) {
 			return evictionRule{}, nil
 		}
 	case *SnapKV:
+		if v == nil {
+			return evictionRule{}, nil
+		}
+	case *Quest:
 		if v == nil {
 			return evictionRule{}, nil
 		}

@@ -24,8 +24,11 @@ type Sequence struct {
 	step     *Step         // the open step holding the sequence, or nil
 	heads    [][]headState // token rules: per layer (nil for layers they do not govern), per kv head
 	snapDone bool          // SnapKV: the prefill is over and its decision made
-	released bool
-	broken   string // why the sequence is unusable (an aborted KIVI step lost its ring), or ""
+	// questRead: per layer (nil for layers Quest does not govern), per kv head, the pages the last Quest
+	// decode step read; nil before one
+	questRead [][]int
+	released  bool
+	broken    string // why the sequence is unusable (an aborted KIVI step lost its ring), or ""
 }
 
 // NewSequence creates an empty sequence. It fails with ErrCapacity when MaxSequences sequences are live.
@@ -148,6 +151,12 @@ func (s *Sequence) Fork() (*Sequence, error) {
 	copy(child.evicted, s.evicted)
 	// Token rules: the child starts from the parent's visibility and scores, then decides on its own.
 	child.heads, child.snapDone = cloneHeads(s.heads), s.snapDone
+	if s.questRead != nil {
+		child.questRead = make([][]int, len(s.questRead))
+		for l, r := range s.questRead {
+			child.questRead[l] = slices.Clone(r)
+		}
+	}
 	return child, nil
 }
 

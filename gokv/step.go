@@ -51,6 +51,11 @@ type Step struct {
 	mass       [][]float32
 	masks      [][]uint32
 	maskIndptr [][]int32
+
+	// Quest (quest.go): whether the step selects pages (all entries decode), and per layer the pages its
+	// last attend call chose.
+	quest    bool
+	questSel [][]int32
 }
 
 // stepGroup is the step's view of one layer group: the page tables the sequences will have after the
@@ -125,6 +130,7 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 	// fails keeps them), then the step's mass requests and masks.
 	st.mass = make([][]float32, len(c.layers))
 	st.prepareTokenStep()
+	st.prepareQuestStep()
 
 	// Plan every group before touching any allocator, so a shortage changes nothing.
 	P := c.pageSize
@@ -319,6 +325,7 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 		Scale: cl.scale, SinkLogits: sinks, SinkTokens: cl.group.rule.sinks, Window: cl.group.rule.window}
 	if !writeOnly {
 		st.attendTokens(layer, &a)
+		st.attendQuest(layer, &a)
 	}
 	if st.stored[layer] {
 		if i := st.ringOverwritten(cl.format); i >= 0 {
@@ -341,6 +348,9 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 		st.mass[layer] = a.Mass // this call's mass replaces an earlier call's
 	} else {
 		st.mass[layer] = nil
+	}
+	if st.questSel != nil {
+		st.questSel[layer] = a.QuestSelected
 	}
 	return nil
 }
@@ -423,6 +433,7 @@ func (st *Step) Commit() error {
 		}
 	}
 	st.commitTokensLocked()
+	st.commitQuestLocked()
 	return nil
 }
 

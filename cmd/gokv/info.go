@@ -58,7 +58,8 @@ func capNames(c gokv.DeviceCaps) []string {
 		has  bool
 		name string
 	}{{c.Decode, "decode"}, {c.Prefill, "prefill"}, {c.LearnedSinks, "learned-sinks"}, {c.Window, "window"},
-		{c.MLA, "mla"}, {c.Holes, "holes"}, {c.Baseline, "baseline"}, {c.Mass, "mass"}, {c.KVHeadMasks, "kv-head-masks"}} {
+		{c.MLA, "mla"}, {c.Holes, "holes"}, {c.Baseline, "baseline"}, {c.Mass, "mass"}, {c.KVHeadMasks, "kv-head-masks"},
+		{c.Quest, "quest"}} {
 		if x.has {
 			names = append(names, x.name)
 		}
