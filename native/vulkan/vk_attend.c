@@ -38,8 +38,8 @@
  * no query rows). A call without query rows writes zeros on the host. The kept scores take counted rows x
  * n_heads_q x kv_len words of scratch per sequence, so they are kept only for sequences of at most
  * SPLIT_MAX_ROWS counted rows; for the others (longer prefills) mass_keys.comp computes the scores again
- * from the pool, with the attention pass's key decoding, and needs no scratch. Both run after the same
- * barrier and write different sequences' mass.
+ * from the pool, with the attention pass's key decoding, and needs no scratch. Each runs behind a barrier
+ * (they write different sequences' mass, but into the same buffer).
  *
  * Validity masks per kv head (GOKV_ATTEND_MASK_PER_KV_HEAD): the sequence table gives the words of one kv
  * head's mask, ceil(kv_len / 32), and an item reads its kv head's mask (0 for a shared mask).
@@ -484,8 +484,8 @@ static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_d
                               p->mass_span, in_base};
         dispatch_items(c, j->mass, &mp, sizeof mp, p->n_mass_items);
     }
-    if (j->mass_keys) { /* the same reads; it writes other sequences' mass than mass.comp */
-        if (!j->mass) vkb_cmd_barrier(c);
+    if (j->mass_keys) { /* the same reads; other sequences' mass than mass.comp's, in the same buffer */
+        vkb_cmd_barrier(c);
         attend_push kp = ap;
         kp.n_items = (uint32_t)p->n_key_items;
         kp.item_w = (uint32_t)p->key_item_w;

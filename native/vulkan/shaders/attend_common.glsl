@@ -27,7 +27,7 @@
 // stores the scores s = α q·k of the counted query rows (the sequence's rows from mass_row0 on) for every
 // token of the item's ranges, NEG where the row does not see the token, at scratch word
 // score_w + ((row - mass_row0) * n_heads_q + head) * kv_len + t; finalize stores each row's softmax factors
-// (a, b), prob_t = e^(s_t - a) b, at stats_w + 2 (row * n_heads_q + head) (reduce.comp does it for split
+// (a, b), prob_t = e^(s_t - a) b, at stats_w + 2 (row * n_heads_q + head) (reduce_mass.comp for split
 // rows), and mass.comp sums the probabilities per kv head and token. A sequence with many counted rows
 // (score_w NONE) keeps no scores: mass_keys.comp computes them again.
 //
