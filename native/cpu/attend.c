@@ -26,6 +26,9 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ITEMS_PER_WORKER: enough items for the pool to even out a slow worker, few enough that item starts (a
  * cold block, the queries' preparation) and the reduce stay small: 2 beat 8 at every context, and 1 leaves
@@ -37,7 +40,8 @@ enum {
     SPLIT_MAX_ROWS = 16,
     ITEM_MAX_HEADS = 16,
     ITEMS_PER_WORKER = 2,
-    MASS_UNIT = 2048 /* tokens of one kv head per unit of the mass pass */
+    MASS_UNIT = 2048, /* tokens of one kv head per unit of the mass pass */
+    MASS_AHEAD = 2    /* blocks the mass pass asks for ahead of the one it sums */
 };
 /* The most floats of kept scores a call holds (256 MiB): sequences past it have their scores computed again. */
 #define MASS_STORE_MAX ((int64_t)1 << 26)
@@ -92,6 +96,7 @@ typedef struct attend_ctx {
     mass_seq *mseq;
     mass_unit *units;
     int64_t n_reduce;   /* the tiles of finish_task's loop (its reduce part), before the mass units */
+    size_t mass_at;     /* a worker's mass unit sums (MASS_UNIT floats) in its scratch */
     uint8_t *scratch;   /* per-worker scratch: one part per kv head of an item, then the block's scores */
     size_t scratch_bytes, head_scratch_bytes, scores_at;
 } attend_ctx;
@@ -642,11 +647,6 @@ static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
  * log-sum-exp (lse) is known. A unit takes tokens [t0, t1) of one kv head of one sequence and writes each of
  * their mass elements once: Σ over the counted queries of e^(s - lse) (masked and unseen tokens 0). ---- */
 
-/* Adds x[0..n) to acc[0..n) (restrict: the compiler may vectorize it). */
-static void add_row(float *restrict acc, const float *restrict x, int32_t n) {
-    for (int32_t t = 0; t < n; t++) acc[t] += x[t];
-}
-
 /* Scores block b of kv head h (its masked scores in sc->s, as the attention walk computes them). */
 static void score_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
                         const uint8_t *ring) {
@@ -671,10 +671,9 @@ static void score_block(const attend_ctx *c, int32_t seq, int32_t h, const scrat
 }
 
 /* The mass of tokens [lo, hi) of kv head h from queries sc (nq of them, lse[i] their log-sum-exps), computed
- * again from the pages: the walk of attend_range without its values, into mass (the sequence's head's, by
- * token). */
+ * again from the pages: the walk of attend_range without its values, added to acc (token t at acc[t - t0]). */
 static void mass_recompute(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const float *lse,
-                           int32_t lo, int32_t hi, float *mass) {
+                           int32_t lo, int32_t hi, float *acc, int32_t t0) {
     const gokv_attend_desc *d = c->d;
     const gokv_layout *L = c->L;
     const int32_t P = L->page_size, kv_len = d->kv_len[seq];
@@ -705,9 +704,7 @@ static void mass_recompute(const attend_ctx *c, int32_t seq, int32_t h, const sc
         const int32_t a = t, e = b.next; /* the block's tokens in the range (a KIVI block starts at its group) */
         for (int32_t i = 0; i < nq; i++) {
             if (lse[i] == INFINITY) continue;
-            float *si = sc->s + (size_t)i * CPU_BLOCK;
-            c->k->exp_sum(si, b.n, lse[i]);
-            add_row(mass + a, si + (a - b.base), e - a);
+            c->k->exp_acc(sc->s + (size_t)i * CPU_BLOCK + (a - b.base), e - a, lse[i], acc + (a - t0));
         }
         t = b.next;
     }
@@ -737,20 +734,44 @@ static float query_lse(const attend_ctx *c, const mass_seq *ms, int32_t seq, int
     return M + logf(den);
 }
 
+/* dst[0..n) = src[0..n), with streaming stores where the target has them (x86-64): the mass is the caller's,
+ * written once and not read here again, so it is not worth a read for ownership nor cache space. */
+static void write_stream(float *dst, const float *src, int32_t n) {
+#if defined(__x86_64__) && defined(__SSE2__)
+    int32_t t = 0;
+    for (; t < n && ((uintptr_t)(dst + t) & 15u); t++) dst[t] = src[t];
+    for (; t + 4 <= n; t += 4) _mm_stream_ps(dst + t, _mm_loadu_ps(src + t));
+    for (; t < n; t++) dst[t] = src[t];
+    _mm_sfence(); /* before the loop's completion publishes them */
+#else
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+#endif
+}
+
+static void mass_sums(const attend_ctx *c, const mass_unit *u, const mass_seq *ms, int32_t worker, float *acc);
+
 static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
     const attend_ctx *c = ctx_;
     const mass_unit *u = &c->units[index];
     const gokv_attend_desc *d = c->d;
     const mass_seq *ms = &c->mseq[u->seq];
+    const int32_t kv_len = d->kv_len[u->seq];
+    float *mass = d->mass + ms->mass + (int64_t)u->h * kv_len + u->t0;
+    float *acc = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->mass_at); /* the unit's sums, then mass */
+    memset(acc, 0, (size_t)(u->t1 - u->t0) * sizeof(float));
+    mass_sums(c, u, ms, worker, acc);
+    write_stream(mass, acc, u->t1 - u->t0);
+}
+
+/* The sums of unit u into acc (token t at acc[t - t0]). */
+static void mass_sums(const attend_ctx *c, const mass_unit *u, const mass_seq *ms, int32_t worker, float *acc) {
+    const gokv_attend_desc *d = c->d;
     const int32_t G = c->G, kv_len = d->kv_len[u->seq], P = c->L->page_size;
     const int32_t *ids = d->page_ids + d->page_indptr[u->seq];
-    float *mass = d->mass + ms->mass + (int64_t)u->h * kv_len; /* by token */
-    memset(mass + u->t0, 0, (size_t)(u->t1 - u->t0) * sizeof(float));
     if (ms->counted == 0) return;
     const int32_t row_first = ms->rows - ms->counted;
     float *lse = carve(c->scratch + (size_t)worker * c->scratch_bytes, c->L, c->nq_max).m; /* the queries' lse */
     if (ms->store >= 0) { /* the scores kept by the walk, over the tokens it walked: read, not written back */
-        float *buf = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->scores_at);
         const int64_t nqc = (int64_t)ms->counted * G;
         const float *kept = c->store + ms->store + (int64_t)u->h * nqc * kv_len;
         for (int32_t i = 0; i < nqc; i++) lse[i] = query_lse(c, ms, u->seq, u->h, ms->first_q + i);
@@ -760,14 +781,16 @@ static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
             const int32_t lo = segs[sg].lo > u->t0 ? segs[sg].lo : u->t0, hi = segs[sg].hi < u->t1 ? segs[sg].hi : u->t1;
             for (int32_t t = lo; t < hi;) {
                 const int32_t page_end = t - t % P + P, e = page_end < hi ? page_end : hi;
-                for (int32_t t1 = t; ids[t / P] >= 0 && t1 < e; t1 += CPU_BLOCK) { /* a block at a time through buf */
+                for (int32_t t1 = t; ids[t / P] >= 0 && t1 < e; t1 += CPU_BLOCK) { /* a block at a time */
                     const int32_t n = e - t1 < CPU_BLOCK ? e - t1 : CPU_BLOCK;
                     for (int32_t i = 0; i < nqc; i++) {
                         const float l = lse[i];
                         if (l == INFINITY) continue;
-                        memcpy(buf, kept + i * kv_len + t1, (size_t)n * sizeof(float));
-                        c->k->exp_sum(buf, n, l);
-                        add_row(mass + t1, buf, n);
+                        /* each query's scores are a stream of their own; the hardware prefetchers stop at every
+                         * 4 KB, so each block asks for the one MASS_AHEAD blocks on */
+                        if (t1 + MASS_AHEAD * CPU_BLOCK < u->t1)
+                            cpu_prefetch_bytes(kept + i * kv_len + t1 + MASS_AHEAD * CPU_BLOCK, CPU_BLOCK * sizeof(float));
+                        c->k->exp_acc(kept + i * kv_len + t1, n, l, acc + (t1 - u->t0));
                     }
                 }
                 t = e;
@@ -791,7 +814,7 @@ static void mass_unit_run(void *ctx_, int64_t index, int32_t worker) {
         for (int32_t i = 0; i < nq; i++) lse[i] = query_lse(c, ms, u->seq, u->h, r0 * G + i);
         for (int32_t sg = 0; sg < n_segs; sg++) {
             const int32_t lo = segs[sg].lo > u->t0 ? segs[sg].lo : u->t0, hi = segs[sg].hi < u->t1 ? segs[sg].hi : u->t1;
-            if (lo < hi) mass_recompute(c, u->seq, u->h, &sc, nq, lse, lo, hi, mass);
+            if (lo < hi) mass_recompute(c, u->seq, u->h, &sc, nq, lse, lo, hi, acc, u->t0);
         }
     }
 }
@@ -948,6 +971,8 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.head_scratch_bytes = scratch_size(L, c.nq_max);
     c.scores_at = c.head_scratch_bytes * (size_t)k.hpi;
     c.scratch_bytes = c.scores_at + align_up((size_t)c.nq_max * CPU_BLOCK * sizeof(float));
+    c.mass_at = c.scratch_bytes;
+    if (d->mass) c.scratch_bytes += align_up((size_t)MASS_UNIT * sizeof(float));
     const size_t mass_bytes = d->mass ? align_up((size_t)d->n_seqs * sizeof(mass_seq)) +
                                             align_up((size_t)mp.n_units * sizeof(mass_unit)) +
                                             align_up((size_t)mp.lse_floats * sizeof(float)) +

@@ -388,6 +388,21 @@ static void check_exp(const cpu_kernels *S, const cpu_kernels *V, const char *lv
         float x0[CPU_BLOCK], x1[CPU_BLOCK];
         for (int32_t t = 0; t < n; t++) x0[t] = x1[t] = rnd() % 9 == 0 ? -INFINITY : frand(-90, 3);
         const float m = 3.0f;
+        if (S->exp_acc && V->exp_acc) { /* acc += e^(x - m), x unchanged */
+            float a0[CPU_BLOCK], a1[CPU_BLOCK], xin[CPU_BLOCK];
+            for (int32_t t = 0; t < n; t++) a0[t] = a1[t] = frand(0.5f, 2.0f), xin[t] = x0[t];
+            S->exp_acc(x0, n, m, a0);
+            V->exp_acc(x1, n, m, a1);
+            double worst_acc = 0;
+            int same_x = 1;
+            for (int32_t t = 0; t < n; t++) {
+                worst_acc = fmax(worst_acc, fabs((double)a0[t] - a1[t]) / fabs(a0[t]));
+                same_x = same_x && memcmp(&x1[t], &xin[t], sizeof(float)) == 0;
+            }
+            snprintf(what, sizeof what, "%s exp_acc n %d: max rel err %.3g, input %s", lvl, n, worst_acc,
+                     same_x ? "unchanged" : "written");
+            expect(worst_acc <= 3e-7 && same_x, what);
+        }
         const float s0 = S->exp_sum(x0, n, m), s1 = V->exp_sum(x1, n, m);
         double worst = 0;
         for (int32_t t = 0; t < n; t++) {
@@ -409,7 +424,7 @@ static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32
     char what[256];
     const int32_t P = 64, R = gokv_format_is_kivi(format) ? 64 : 0;
     const int32_t n_pages = (S + P - 1) / P;
-    gokv_pool_desc pd = {sizeof pd, format, g, R, Hkv, dk, dv, mla, P, n_pages, gokv_format_is_kivi(format) ? 1 : 0};
+    gokv_pool_desc pd = {sizeof pd, format, g, R, Hkv, dk, dv, mla, P, n_pages, gokv_format_is_kivi(format) ? 1 : 0, 0};
     gokv_pool *pool;
     if (gokv_pool_create(dev, &pd, &pool) != GOKV_OK) {
         fprintf(stderr, "pool: %s\n", gokv_last_error());
@@ -438,7 +453,7 @@ static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32
         out[c] = malloc(sizeof(float) * T * Hq * dv);
         gokv_cpu_set_simd_limit(c == 2 ? GOKV_CPU_AVX2 : 100);
         gokv_attend_desc ad = {sizeof ad, pool, 1, qind, pind, ids, &S, &qpos, gokv_format_is_kivi(format) ? &slot : NULL,
-                               NULL, NULL, Hq, q, out[c], 1.0f / sqrtf((float)dk), NULL, 4, window, 0, flags[c], NULL, 0};
+                               NULL, NULL, Hq, q, out[c], 1.0f / sqrtf((float)dk), NULL, 4, window, 0, flags[c], NULL, 0, 0, 0, NULL, NULL};
         if (gokv_attend(dev, &ad) != GOKV_OK) {
             fprintf(stderr, "attend: %s\n", gokv_last_error());
             return 1;

@@ -73,6 +73,19 @@ AVX2_FN static float avx2_exp_sum(float *x, int32_t n, float m) {
     return avx2_reduce(sum);
 }
 
+AVX2_FN static void avx2_exp_acc(const float *x, int32_t n, float m, float *acc) {
+    const __m256 mv = _mm256_set1_ps(m);
+    int32_t t = 0;
+    for (; t + 8 <= n; t += 8)
+        _mm256_storeu_ps(acc + t, _mm256_add_ps(_mm256_loadu_ps(acc + t), avx2_exp(_mm256_sub_ps(_mm256_loadu_ps(x + t), mv))));
+    if (t < n) {
+        float tmp[8];
+        for (int32_t j = 0; j < 8; j++) tmp[j] = t + j < n ? x[t + j] : -__builtin_inff();
+        _mm256_storeu_ps(tmp, avx2_exp(_mm256_sub_ps(_mm256_loadu_ps(tmp), mv)));
+        for (int32_t j = 0; t + j < n; j++) acc[t + j] += tmp[j];
+    }
+}
+
 /* ---- dequant_row ---- */
 
 AVX2_FN static void avx2_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
@@ -110,6 +123,7 @@ void cpu_kernels_fill_avx2(cpu_kernels *k) {
     avx2_fill_kivi(k);
     k->max = avx2_max;
     k->exp_sum = avx2_exp_sum;
+    k->exp_acc = avx2_exp_acc;
     k->dequant_row = avx2_dequant_row;
     k->spreads_prefetch = 1;
 }

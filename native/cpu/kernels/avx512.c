@@ -68,6 +68,15 @@ AVX512_FN static float avx512_exp_sum(float *x, int32_t n, float m) {
     return _mm512_reduce_add_ps(sum);
 }
 
+AVX512_FN static void avx512_exp_acc(const float *x, int32_t n, float m, float *acc) {
+    const __m512 mv = _mm512_set1_ps(m);
+    for (int32_t t = 0; t < n; t += 16) {
+        const __mmask16 k = avx512_mask(n - t);
+        const __m512 e = avx512_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + t), mv));
+        _mm512_mask_storeu_ps(acc + t, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + t), e));
+    }
+}
+
 /* ---- dequant_row ---- */
 
 AVX512_FN static void avx512_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
@@ -106,6 +115,7 @@ void cpu_kernels_fill_avx512(cpu_kernels *k) {
     avx512_fill_kivi(k);
     k->max = avx512_max;
     k->exp_sum = avx512_exp_sum;
+    k->exp_acc = avx512_exp_acc;
     k->dequant_row = avx512_dequant_row;
     k->spreads_prefetch = 1;
 }

@@ -157,6 +157,10 @@ static float exp_sum_scalar(float *x, int32_t n, float m) {
     return sum;
 }
 
+static void exp_acc_scalar(const float *x, int32_t n, float m, float *acc) {
+    for (int32_t t = 0; t < n; t++) acc[t] += x[t] == -INFINITY ? 0.0f : expf(x[t] - m);
+}
+
 static void dequant_row_scalar(const cpu_rows *r, int32_t t, int32_t d, float *out) {
     uint8_t tmp[CPU_TILE_ROW_MAX];
     const uint8_t *row = cpu_row_load(r, t, tmp);
@@ -178,6 +182,7 @@ void cpu_kernels_fill_scalar(cpu_kernels *k) {
     k->accum_chan = accum_chan_scalar;
     k->max = max_scalar;
     k->exp_sum = exp_sum_scalar;
+    k->exp_acc = exp_acc_scalar;
     k->dequant_row = dequant_row_scalar;
     k->spreads_prefetch = 0; /* the caller asks for the next block at once */
 }
