@@ -1,0 +1,156 @@
+package gokv
+
+import (
+	"slices"
+
+	"github.com/gokv/gokv/bridge"
+)
+
+// Quest (policy.go): a read rule. The cache keeps every token; the pools of the layers Quest governs (the
+// full-attention ones) keep key bounds, and a step whose entries are all single-token decodes passes
+// quest_pages, quest_recent and the model's sink count in those layers' attend calls, asking the kernels
+// for the pages they chose (quest_selected). A step with a prefill entry attends in full in every entry
+// (the ABI's Quest reads one query row per sequence). At Commit each sequence records, per Quest layer
+// and kv head, how many pages its decode read (Sequence.QuestPagesRead).
+
+// questLayer reports whether layer l is governed by the cache's Quest rule.
+func (c *Cache) questLayer(l int) bool { return c.quest != nil && !c.layers[l].spec.Windowed() }
+
+// prepareQuestStep is Begin's part for Quest (c.mu held, entries valid): the step selects pages when every
+// entry decodes one token.
+func (st *Step) prepareQuestStep() {
+	if st.c.quest == nil {
+		return
+	}
+	for _, n := range st.newTokens {
+		if n != 1 {
+			return
+		}
+	}
+	st.quest = true
+	st.questSel = make([][]int32, len(st.c.layers))
+}
+
+// attendQuest adds Quest's page selection to a layer's attend call of a decode step.
+func (st *Step) attendQuest(layer int, a *bridge.AttendBatch) {
+	c := st.c
+	if !st.quest || !c.questLayer(layer) {
+		return
+	}
+	a.QuestPages, a.QuestRecent, a.SinkTokens = c.quest.Pages, c.quest.Recent, c.spec.SinkTokens
+	a.QuestSelected = make([]int32, len(st.seqs)*c.layers[layer].spec.HeadsKV*c.quest.Pages)
+}
+
+// QuestSelected returns what the kernels chose in layer's last attend call of this step under Quest: per
+// entry and kv head, Quest.Pages page-table indices read by bound ([entries][HeadsKV][Pages], ascending,
+// -1 where fewer pages competed). The pages holding sink tokens or the Recent newest tokens are read
+// besides them and are not listed (see QuestForcedPages). Nil when the layer selected nothing (no Quest,
+// a sliding layer, a step with prefill entries, or the layer has not attended yet). The slice is the
+// step's: do not modify it.
+func (st *Step) QuestSelected(layer int) []int32 {
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if layer < 0 || layer >= len(st.questSel) {
+		return nil
+	}
+	return st.questSel[layer]
+}
+
+// QuestForcedPages returns the page indices a Quest decode of a sequence of n tokens reads whatever the
+// bounds: those holding a sink token (t < sinks) or one of the recent newest tokens, in increasing
+// order, for pages of pageSize tokens.
+func QuestForcedPages(n, sinks, recent, pageSize int) []int {
+	if n <= 0 || pageSize <= 0 {
+		return nil
+	}
+	pages := ceilDiv(n, pageSize)
+	var out []int
+	for j := 0; j < pages; j++ {
+		sink := j*pageSize < sinks
+		rec := recent > 0 && (j+1)*pageSize > n-recent
+		if sink || rec {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// questForcedCount is len(QuestForcedPages(n, sinks, recent, pageSize)) without listing them.
+func questForcedCount(n, sinks, recent, pageSize int) int {
+	if n <= 0 || pageSize <= 0 {
+		return 0
+	}
+	pages := ceilDiv(n, pageSize)
+	a := min(ceilDiv(max(min(sinks, n), 0), pageSize), pages) // sink pages [0, a)
+	if recent <= 0 {
+		return a
+	}
+	b := max(n-recent, 0) / pageSize // recent pages [b, pages)
+	return a + (pages - b) - max(0, a-b)
+}
+
+// commitQuestLocked is Commit's part for Quest (c.mu held, lengths and tables updated): each sequence
+// records how many pages its decode read per Quest layer and kv head.
+func (st *Step) commitQuestLocked() {
+	c := st.c
+	if !st.quest {
+		return
+	}
+	for i, s := range st.seqs {
+		n := int(st.kvLen[i])
+		for l, sel := range st.questSel {
+			if sel == nil {
+				continue
+			}
+			cl := c.layers[l]
+			hkv, k := cl.spec.HeadsKV, c.quest.Pages
+			table := s.tables[cl.group.index]
+			forced := 0
+			for _, j := range QuestForcedPages(n, c.spec.SinkTokens, c.quest.Recent, c.pageSize) {
+				if j < len(table) && table[j] >= 0 {
+					forced++
+				}
+			}
+			if s.questRead == nil {
+				s.questRead = make([][]int, len(c.layers))
+			}
+			read := make([]int, hkv)
+			for h := range read {
+				read[h] = forced
+				for _, j := range sel[(i*hkv+h)*k : (i*hkv+h+1)*k] {
+					if j >= 0 {
+						read[h]++
+					}
+				}
+			}
+			s.questRead[l] = read
+		}
+	}
+}
+
+// QuestPagesRead returns, per kv head of layer, how many pages of the sequence its last decode step under
+// Quest read in that layer: the pages the kernels chose by bound plus the sink and recent pages. Nil when
+// the cache has no Quest policy, the layer is a sliding one, or no decode step has run yet. ErrRange for a
+// layer outside the model.
+func (s *Sequence) QuestPagesRead(layer int) ([]int, error) {
+	const op = "Sequence.QuestPagesRead"
+	if err := s.made(op); err != nil {
+		return nil, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, newErr(op, ErrorClosed, "cache is closed")
+	}
+	if layer < 0 || layer >= len(c.layers) {
+		return nil, newErr(op, ErrorRange, "layer %d is outside [0, %d)", layer, len(c.layers))
+	}
+	if s.questRead == nil {
+		return nil, nil
+	}
+	return slices.Clone(s.questRead[layer]), nil
+}
