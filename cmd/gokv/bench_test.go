@@ -9,10 +9,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gokv/gokv/gokv"
 )
 
 var benchKeys = []string{"backend", "format", "context", "batch", "heads_q", "heads_kv", "head_dim", "threads", "ms",
-	"ms_p10", "ms_p90", "gbps", "gflops", "floor_ms", "floor_frac", "baseline_ms", "speedup_vs_baseline", "cos_vs_f32"}
+	"ms_p10", "ms_p90", "gbps", "gflops", "floor_ms", "floor_frac", "baseline_ms", "speedup_vs_baseline", "cos_vs_f32", "eviction", "bytes_read"}
 
 func TestBenchJSONKeys(t *testing.T) {
 	var out bytes.Buffer
@@ -73,6 +75,9 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "--heads-q", "6", "--heads-kv", "4"}, "--heads-q"},
 		{[]string{"bench", "--contexts", "4K,x"}, "--contexts"},
 		{[]string{"bench", "--backend", "nope"}, "--backend nope"},
+		{[]string{"bench", "--eviction", "quest:0"}, "PAGES must be an integer >= 1"},
+		{[]string{"bench", "--eviction", "h2o:x:4"}, "a token count or a fraction"},
+		{[]string{"bench", "--eviction", "lru"}, `--eviction "lru"`},
 	} {
 		root := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
 		root.SetArgs(append(c.args, "-q"))
@@ -90,7 +95,53 @@ func TestBenchTextRows(t *testing.T) {
 	require.NoError(t, root.Execute())
 	text := out.String()
 	assert.Contains(t, text, "p10-p90 ms")
-	assert.Regexp(t, `(?m)^decode\s+q4:32\s+128\s+1\s+\d+\.\d{3}\s+\d+\.\d{3}-\d+\.\d{3}\s`, text, "a decode row with its spread")
+	assert.Regexp(t, `(?m)^decode\s+q4:32\s+full\s+128\s+1\s+\d+\.\d{3}\s+\d+\.\d{3}-\d+\.\d{3}\s`, text, "a decode row with its spread")
+}
+
+// TestBenchEvictionRows: one decode row per format and policy; the policies read fewer bytes than full,
+// the baseline only for full; Quest rows where the device has Quest kernels, else a clear refusal.
+func TestBenchEvictionRows(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs([]string{"bench", "--json", "-q", "--backend", "cpu", "--formats", "q4,kivi2:32:32", "--contexts", "1024",
+		"--heads-q", "4", "--heads-kv", "2", "--head-dim", "32", "--min-time", "1ms", "--read-mib", "8",
+		"--eviction", "full,h2o:1/8:16,snapkv:128:16,sinkwindow:4:60"})
+	require.NoError(t, root.Execute())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 2*4)
+	full := map[string]float64{}
+	for _, line := range lines {
+		var row map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &row), line)
+		f, ev, b := row["format"].(string), row["eviction"].(string), row["bytes_read"].(float64)
+		assert.Positive(t, b, line)
+		if ev == "full" {
+			full[f] = b
+			assert.NotNil(t, row["baseline_ms"])
+			continue
+		}
+		assert.Nil(t, row["baseline_ms"], "no baseline for %s", ev)
+		assert.Less(t, b, full[f]/4, "%s %s reads less", f, ev)
+	}
+
+	var text bytes.Buffer
+	root = newRootCmd(&text, &bytes.Buffer{})
+	root.SetArgs([]string{"bench", "-q", "--backend", "cpu", "--formats", "q4", "--contexts", "512", "--heads-q", "2",
+		"--heads-kv", "1", "--head-dim", "32", "--min-time", "1ms", "--read-mib", "8", "--eviction", "quest:2:8"})
+	err := root.Execute()
+	eng, oerr := gokv.Open(gokv.WithBackend("cpu"), gokv.WithThreads(1))
+	require.NoError(t, oerr)
+	info, ierr := eng.Info()
+	require.NoError(t, ierr)
+	require.NoError(t, eng.Close())
+	if !info.Caps.Quest {
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "no Quest kernels")
+		return
+	}
+	require.NoError(t, err)
+	assert.Contains(t, text.String(), "quest: the kernels score every page's key bounds")
+	assert.Regexp(t, `(?m)^decode\s+q4:32\s+quest:2:8\s+512\s+1\s+`, text.String())
 }
 
 func TestPercentileNearestRank(t *testing.T) {

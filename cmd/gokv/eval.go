@@ -63,8 +63,12 @@ Evictions: none; sinkwindow:S:W (keep the first S and the last W positions, Stre
 h2o:BUDGET:RECENT (H2O: per layer and kv head, the sinks, the RECENT newest tokens and the heavy hitters
 by accumulated attention mass, BUDGET tokens in all); snapkv:BUDGET:WINDOW (SnapKV: at the end of the
 prefill, keep per layer and kv head the sinks, the prompt's WINDOW newest tokens and its top tokens by the
-window's pooled attention, BUDGET tokens of the prompt in all). BUDGET is a token count or a fraction
-of --context, e.g. h2o:1/8:32.`,
+window's pooled attention, BUDGET tokens of the prompt in all); quest:PAGES[:RECENT] (Quest: every token
+is kept, and each decode step reads per layer and kv head only the PAGES pages with the highest key
+bound, plus the pages of the sink tokens and of the RECENT newest tokens, 1 when left out: the page the
+step decodes in). BUDGET is a token count or a fraction of --context, e.g. h2o:1/8:32. Under Quest, KV
+read/seq is the pages each kv head read in the last decode step times a page's bytes per kv head, plus
+the key bounds of every page (the step scores them all); KV bytes include the bounds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.quiet = g.quiet
@@ -75,7 +79,7 @@ of --context, e.g. h2o:1/8:32.`,
 	f.StringVar(&o.models, "model", "", "model directory (config.json + model.safetensors); several, comma-separated")
 	f.StringVar(&o.text, "text", "", "held-out text file (bytes)")
 	f.StringVar(&o.formats, "formats", "f32,f16,q8,q4:32,kivi4,kivi2", "KV formats, comma-separated")
-	f.StringVar(&o.evictions, "eviction", "none", "eviction policies, comma-separated: none, sinkwindow:S:W, h2o:BUDGET:RECENT, snapkv:BUDGET:WINDOW (BUDGET: tokens or a fraction of --context, e.g. 1/8)")
+	f.StringVar(&o.evictions, "eviction", "none", "eviction policies, comma-separated: none, sinkwindow:S:W, h2o:BUDGET:RECENT, snapkv:BUDGET:WINDOW, quest:PAGES[:RECENT] (BUDGET: tokens or a fraction of --context, e.g. 1/8)")
 	f.StringVar(&o.score, "score", "all", "positions scored: all, or decode (only those the decode steps predict)")
 	f.IntVar(&o.context, "context", 0, "tokens per sequence, BOS included (0: the model's max_position_embeddings)")
 	f.IntVar(&o.prefill, "prefill", 64, "tokens of each sequence prefilled in one step, in [1, context-1]")
@@ -111,9 +115,10 @@ type evalRow struct {
 	GreedyMatch    int     `json:"greedy_match"`
 	GreedyTokens   int     `json:"greedy_tokens"`
 	KVBytes        uint64  `json:"kv_bytes"`
-	KVReadBytes    uint64  `json:"kv_read_bytes"`    // per sequence, what a decode step reads at the end
-	Budget         int     `json:"budget,omitempty"` // h2o and snapkv: the budget in tokens
-	Score          string  `json:"score"`            // "all" or "decode"
+	KVReadBytes    uint64  `json:"kv_read_bytes"`         // per sequence, what a decode step reads at the end
+	Budget         int     `json:"budget,omitempty"`      // h2o and snapkv: the budget in tokens
+	QuestPages     int     `json:"quest_pages,omitempty"` // quest: pages read by bound per layer and kv head
+	Score          string  `json:"score"`                 // "all" or "decode"
 	MsPerToken     float64 `json:"ms_per_token"`
 	AttnMsPerToken float64 `json:"attn_ms_per_token"`
 
@@ -146,6 +151,8 @@ func (ev evalEviction) policy(context int) (gokv.EvictionPolicy, int) {
 		return &gokv.H2O{Budget: b, Recent: ev.second}, b
 	case "snapkv":
 		return &gokv.SnapKV{Budget: b, Window: ev.second}, b
+	case "quest":
+		return &gokv.Quest{Pages: ev.num, Recent: ev.second}, 0
 	}
 	if ev.sw != nil {
 		return ev.sw, 0
@@ -156,8 +163,8 @@ func (ev evalEviction) policy(context int) (gokv.EvictionPolicy, int) {
 // evicts reports whether the entry is a policy (not none).
 func (ev evalEviction) evicts() bool { return ev.sw != nil || ev.kind != "" }
 
-// parseEvictions parses "none", "sinkwindow:S:W", "h2o:BUDGET:RECENT" and "snapkv:BUDGET:WINDOW"
-// entries, comma-separated.
+// parseEvictions parses "none", "sinkwindow:S:W", "h2o:BUDGET:RECENT", "snapkv:BUDGET:WINDOW" and
+// "quest:PAGES[:RECENT]" entries, comma-separated.
 func parseEvictions(list string) ([]evalEviction, error) {
 	var out []evalEviction
 	for _, s := range strings.Split(list, ",") {
@@ -178,13 +185,16 @@ func parseEvictions(list string) ([]evalEviction, error) {
 }
 
 func parseEviction(s string) (evalEviction, error) {
-	if strings.EqualFold(s, "none") {
-		return evalEviction{name: "none"}, nil
+	if strings.EqualFold(s, "none") || strings.EqualFold(s, "full") {
+		return evalEviction{name: strings.ToLower(s)}, nil
 	}
 	parts := strings.Split(s, ":")
 	kind := strings.ToLower(parts[0])
+	if kind == "quest" {
+		return parseQuest(s, parts)
+	}
 	if len(parts) != 3 || (kind != "sinkwindow" && kind != "h2o" && kind != "snapkv") {
-		return evalEviction{}, fmt.Errorf("--eviction %q: want none, sinkwindow:S:W, h2o:BUDGET:RECENT or snapkv:BUDGET:WINDOW", s)
+		return evalEviction{}, fmt.Errorf("--eviction %q: want none, sinkwindow:S:W, h2o:BUDGET:RECENT, snapkv:BUDGET:WINDOW or quest:PAGES[:RECENT]", s)
 	}
 	if kind == "h2o" || kind == "snapkv" {
 		num, den, err := parseBudget(parts[1])
@@ -207,6 +217,27 @@ func parseEviction(s string) (evalEviction, error) {
 		return evalEviction{}, fmt.Errorf("--eviction %q: sinks S must be >= 0 and window W >= 1 (integers)", s)
 	}
 	return evalEviction{name: fmt.Sprintf("sinkwindow:%d:%d", sinks, window), sw: &gokv.SinkWindow{Sinks: sinks, Window: window}}, nil
+}
+
+// questDefaultRecent is quest's RECENT when left out: the page of the newest token is always read.
+const questDefaultRecent = 1
+
+// parseQuest parses "quest:PAGES[:RECENT]".
+func parseQuest(s string, parts []string) (evalEviction, error) {
+	if len(parts) < 2 || len(parts) > 3 {
+		return evalEviction{}, fmt.Errorf("--eviction %q: want quest:PAGES[:RECENT]", s)
+	}
+	pages, err := strconv.Atoi(parts[1])
+	if err != nil || pages < 1 || pages > math.MaxInt32 {
+		return evalEviction{}, fmt.Errorf("--eviction %q: PAGES must be an integer >= 1 (pages read by bound per layer and kv head)", s)
+	}
+	recent := questDefaultRecent
+	if len(parts) == 3 {
+		if recent, err = strconv.Atoi(parts[2]); err != nil || recent < 0 || recent > math.MaxInt32 {
+			return evalEviction{}, fmt.Errorf("--eviction %q: RECENT must be an integer >= 0 (the newest tokens whose pages are always read)", s)
+		}
+	}
+	return evalEviction{name: fmt.Sprintf("quest:%d:%d", pages, recent), kind: "quest", num: pages, second: recent}, nil
 }
 
 // parseBudget parses a token count ("64": num 64, den 0) or a fraction of the context ("1/8").
@@ -603,8 +634,9 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 	}
 	row := evalRow{Model: m.Name, Format: f.String(), Eviction: ev.name, Context: p.n, Sequences: p.k, Prefill: p.p,
 		Tokens: scored, GreedyTokens: p.greedy, KVBytes: kvBytes, KVReadBytes: kvRead, Budget: budget, Score: scoreName,
-		curve:    make([]float64, p.n-1),
-		decodeMs: run.decodeMs, attnMs: run.attnMs, greedy: run.greedy}
+		QuestPages: questPages(policy),
+		curve:      make([]float64, p.n-1),
+		decodeMs:   run.decodeMs, attnMs: run.attnMs, greedy: run.greedy}
 	total := 0.0
 	for pos, b := range bits {
 		total += b
@@ -644,9 +676,19 @@ func (p *evalPlan) runOne(eng *gokv.Engine, f gokv.Format, ev evalEviction, ref 
 	return run, nil
 }
 
+// questPages is a Quest policy's Pages, else 0.
+func questPages(p gokv.EvictionPolicy) int {
+	if q, ok := p.(*gokv.Quest); ok {
+		return q.Pages
+	}
+	return 0
+}
+
 // decodeReadBytes is what a decode step reads per sequence at the end of a run, averaged over the
 // entries' sequences: over every layer and kv head, the tokens it still sees times the format's bytes per
-// token and kv head (a page's bytes over its tokens and kv heads, scales and alignment included).
+// token and kv head (a page's bytes over its tokens and kv heads, scales and alignment included). In a
+// layer under Quest: the pages each kv head read in the last decode step times a page's bytes per kv
+// head, plus the key bounds of every page of the sequence.
 func decodeReadBytes(m *llama.Model, f gokv.Format, entries []llama.Entry) (uint64, error) {
 	spec := m.Spec()
 	page := pageSizeFor(f)
@@ -656,6 +698,17 @@ func decodeReadBytes(m *llama.Model, f gokv.Format, entries []llama.Entry) (uint
 			lay, err := f.Layout(ls.HeadsKV, ls.HeadDimK, ls.HeadDimV, page, ls.VIsKPrefix())
 			if err != nil {
 				return 0, err
+			}
+			read, err := e.Seq.QuestPagesRead(l)
+			if err != nil {
+				return 0, err
+			}
+			if read != nil {
+				for _, n := range read {
+					total += float64(n) * float64(lay.PageBytes) / float64(ls.HeadsKV)
+				}
+				total += float64((e.Seq.Len()+page-1)/page) * float64(lay.PageBoundsBytes)
+				continue
 			}
 			vis, err := e.Seq.VisibleTokens(l)
 			if err != nil {

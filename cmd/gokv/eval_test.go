@@ -160,6 +160,11 @@ func TestEvalErrors(t *testing.T) {
 		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "h2o:3/2:4"}, "a fraction in (0, 1]"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "h2o:x:4"}, "a token count or a fraction"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "snapkv:64:0"}, "WINDOW must be >= 1"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "quest"}, "want quest:PAGES[:RECENT]"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "quest:1:2:3"}, "want quest:PAGES[:RECENT]"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "quest:0"}, "PAGES must be an integer >= 1"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "quest:x:4"}, "PAGES must be an integer >= 1"},
+		{[]string{"--model", tinyLlama, "--text", heldout, "--eviction", "quest:2:-1"}, "RECENT must be an integer >= 0"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--context", "32", "--prefill", "8", "--eviction", "h2o:1/8:4"},
 			"Eviction H2O{Budget: 4, Recent: 4}: Budget must be > Recent"},
 		{[]string{"--model", tinyLlama, "--text", heldout, "--score", "some"}, `--score "some"`},
@@ -212,6 +217,45 @@ func TestEvalTokenPolicies(t *testing.T) {
 		assert.Zero(t, whole.KLMean, "%s: a budget of the whole prompt keeps everything", model)
 		assert.Equal(t, ref.KVReadBytes, whole.KVReadBytes)
 	}
+}
+
+// TestParseQuestEviction: quest:PAGES[:RECENT] entries, RECENT 1 when left out.
+func TestParseQuestEviction(t *testing.T) {
+	evs, err := parseEvictions("full,quest:4,quest:2:16")
+	require.NoError(t, err)
+	require.Len(t, evs, 3)
+	assert.False(t, evs[0].evicts())
+	assert.Equal(t, "quest:4:1", evs[1].name)
+	p, budget := evs[2].policy(512)
+	assert.Equal(t, &gokv.Quest{Pages: 2, Recent: 16}, p)
+	assert.Zero(t, budget)
+	assert.Equal(t, 2, questPages(p))
+}
+
+// TestEvalQuest: quest rows where the device has Quest kernels (else the cache refuses, naming the
+// capability); reading more pages than the sequences have equals full attention.
+func TestEvalQuest(t *testing.T) {
+	eng, err := gokv.Open(gokv.WithBackend("cpu"), gokv.WithThreads(1))
+	require.NoError(t, err)
+	info, err := eng.Info()
+	require.NoError(t, err)
+	require.NoError(t, eng.Close())
+	args := []string{"eval", "-q", "--json", "--backend", "cpu", "--model", tinyLlama, "--text", heldout, "--context", "96",
+		"--prefill", "32", "--sequences", "2", "--greedy-tokens", "0", "--formats", "f32", "--score", "decode",
+		"--eviction", "none,quest:1:8,quest:64:8"}
+	if !info.Caps.Quest {
+		_, msg := runCLI(t, args...)
+		assert.Contains(t, msg, "Quest")
+		return
+	}
+	rows := evalJSON(t, args[5:]...)
+	require.Len(t, rows, 3)
+	ref, one, all := rows[0], rows[1], rows[2]
+	assert.Equal(t, 1, one.QuestPages)
+	assert.Positive(t, one.KVReadBytes)
+	assert.Less(t, one.KVReadBytes, ref.KVReadBytes+ref.KVReadBytes/4)
+	assert.InDelta(t, 0, all.KLMean, 1e-9, "every page read: full attention")
+	assert.Greater(t, one.KVBytes, ref.KVBytes, "the key bounds take memory")
 }
 
 // TestEvalContextBeyondTrainedWithWindow: a context past max_position_embeddings runs when the eviction

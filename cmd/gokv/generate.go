@@ -49,7 +49,7 @@ model's max_position_embeddings unless --eviction is sinkwindow:S:W with S + W w
 	f.StringVar(&o.model, "model", "", "model directory (config.json + model.safetensors)")
 	f.StringVar(&o.prompt, "prompt", "", "prompt text (its bytes follow BOS)")
 	f.StringVar(&o.format, "format", "f16", "KV format")
-	f.StringVar(&o.eviction, "eviction", "none", "eviction policy: none, sinkwindow:S:W, h2o:BUDGET:RECENT or snapkv:BUDGET:WINDOW (BUDGET: tokens or a fraction of the prompt plus --tokens)")
+	f.StringVar(&o.eviction, "eviction", "none", "eviction policy: none, sinkwindow:S:W, h2o:BUDGET:RECENT, snapkv:BUDGET:WINDOW or quest:PAGES[:RECENT] (BUDGET: tokens or a fraction of the prompt plus --tokens)")
 	f.IntVar(&o.tokens, "tokens", 128, "bytes to generate")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the sampler (with --temperature > 0)")
 	f.Float64Var(&o.temperature, "temperature", 0, "sampling temperature; 0 is greedy")

@@ -15,6 +15,7 @@ type planOpts struct {
 	model, format             string
 	context, sequences, page  int
 	memory, weights, overhead string
+	evictions                 string
 	json                      bool
 }
 
@@ -45,6 +46,7 @@ Example (Open-TQ-Metal's Llama 3.1 70B on a 64 GiB Mac):
 	f.StringVar(&o.memory, "memory", "", "memory shared by weights, overhead and the KV cache (e.g. 64GiB)")
 	f.StringVar(&o.weights, "weights", "", "memory of the model's weights (e.g. 39.1GiB)")
 	f.StringVar(&o.overhead, "overhead", "", "memory for everything else: activations, runtime (e.g. 2GiB)")
+	f.StringVar(&o.evictions, "eviction", "", "also report, per eviction policy, the KV bytes a decode step reads: full, sinkwindow:S:W, h2o:BUDGET:RECENT, snapkv:BUDGET:WINDOW, quest:PAGES[:RECENT], comma-separated (BUDGET: tokens or a fraction of --context)")
 	f.BoolVar(&o.json, "json", false, "print JSON")
 	return cmd
 }
@@ -85,6 +87,18 @@ type planReport struct {
 	Fits                  *bool      `json:"fits,omitempty"`
 	MaxContext            *int       `json:"max_context,omitempty"` // absent without --memory
 	MaxContextUnbounded   bool       `json:"max_context_unbounded,omitempty"`
+	// DecodeReadBytes is what one sequence's decode step reads at the context with every token kept.
+	DecodeReadBytes int64          `json:"decode_read_bytes"`
+	Evictions       []planEviction `json:"evictions,omitempty"` // --eviction
+}
+
+// planEviction is one --eviction policy's account: what a decode step reads, and the memory it adds.
+type planEviction struct {
+	Eviction        string  `json:"eviction"`
+	DecodeReadBytes int64   `json:"decode_read_bytes"` // one sequence's decode step at the context, all layers
+	ReadFraction    float64 `json:"read_fraction"`     // of the full cache's decode read
+	BoundsBytes     int64   `json:"bounds_bytes"`      // Quest's key bounds (all sequences), part of Bytes
+	Bytes           int64   `json:"bytes"`             // the KV cache's memory at the context under the policy
 }
 
 // buildPlan resolves the flags and runs gokv.Plan.
@@ -134,14 +148,35 @@ func buildPlan(o *planOpts) (planReport, gokv.PlanResult, error) {
 	if opts.MemoryBytes == 0 && (opts.WeightsBytes != 0 || opts.OverheadBytes != 0) {
 		return planReport{}, gokv.PlanResult{}, fmt.Errorf("--weights and --overhead need --memory")
 	}
+	var evs []evalEviction
+	if strings.TrimSpace(o.evictions) != "" {
+		if evs, err = parseEvictions(o.evictions); err != nil {
+			return planReport{}, gokv.PlanResult{}, err
+		}
+	}
 	res, err := gokv.Plan(spec, opts)
 	if err != nil {
 		return planReport{}, gokv.PlanResult{}, err
+	}
+	var planEvs []planEviction
+	for _, ev := range evs {
+		eo := opts
+		eo.Eviction, _ = ev.policy(opts.Context)
+		r, err := gokv.Plan(spec, eo)
+		if err != nil {
+			return planReport{}, gokv.PlanResult{}, fmt.Errorf("--eviction %s: %w", ev.name, err)
+		}
+		pe := planEviction{Eviction: ev.name, DecodeReadBytes: r.DecodeReadBytes, BoundsBytes: r.BoundsBytes, Bytes: r.KVBytes}
+		if res.DecodeReadBytes > 0 {
+			pe.ReadFraction = float64(r.DecodeReadBytes) / float64(res.DecodeReadBytes)
+		}
+		planEvs = append(planEvs, pe)
 	}
 	rep := planReport{
 		Model: res.Model, Format: format.String(), Context: res.Context, Sequences: res.Sequences,
 		PageSize: res.PageSize, Layers: len(res.Layers), Bytes: res.KVBytes, BytesSaturated: res.KVBytes == gokv.SaturatedBytes,
 		BytesPerToken: res.BytesPerToken, MarginalBytesPerToken: res.MarginalBytesPerToken,
+		DecodeReadBytes: res.DecodeReadBytes, Evictions: planEvs,
 	}
 	if rep.Model == "" {
 		rep.Model = o.model
@@ -221,6 +256,16 @@ func runPlan(w io.Writer, o *planOpts) error {
 		fmt.Fprintf(w, "  KV cache at %d tokens%s: more than %d bytes (8 EiB)\n", rep.Context, seqs, rep.Bytes)
 	} else {
 		fmt.Fprintf(w, "  KV cache at %d tokens%s: %d bytes (%s)\n", rep.Context, seqs, rep.Bytes, formatSize(rep.Bytes))
+	}
+	if len(rep.Evictions) > 0 {
+		fmt.Fprintf(w, "\n  per eviction policy, at %d tokens: the K/V one sequence's decode step reads (all layers), and the memory\n", rep.Context)
+		fmt.Fprintf(w, "  %-22s %14s %9s %14s %14s\n", "eviction", "decode reads", "of full", "KV bytes", "of which bounds")
+		for _, e := range rep.Evictions {
+			fmt.Fprintf(w, "  %-22s %14s %8.1f%% %14s %14s\n", e.Eviction, formatSize(e.DecodeReadBytes), 100*e.ReadFraction,
+				planSize(e.Bytes), formatSize(e.BoundsBytes))
+		}
+		fmt.Fprintf(w, "  (h2o and snapkv read their budget per kv head, sinkwindow its sinks and window; quest PAGES pages plus the\n")
+		fmt.Fprintf(w, "  sink and recent pages, and the key bounds of every page; memory is planned for every token held)\n")
 	}
 	if rep.Fits == nil {
 		return nil

@@ -87,6 +87,39 @@ func TestPlanHybridAndConfigFile(t *testing.T) {
 	}
 }
 
+// TestPlanEvictions: --eviction reports the bytes a decode step reads under each policy, and the memory
+// Quest's key bounds add.
+func TestPlanEvictions(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs([]string{"plan", "--json", "--model", "llama-3.1-8b", "--format", "q4", "--context", "131072",
+		"--eviction", "full,quest:16:64,h2o:1/8:64,snapkv:4096:32,sinkwindow:4:4092"})
+	require.NoError(t, root.Execute())
+	var rep planReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	require.Len(t, rep.Evictions, 5)
+	full, quest, h2o, snap, sw := rep.Evictions[0], rep.Evictions[1], rep.Evictions[2], rep.Evictions[3], rep.Evictions[4]
+	assert.Equal(t, rep.DecodeReadBytes, full.DecodeReadBytes)
+	assert.Equal(t, 1.0, full.ReadFraction)
+	assert.Equal(t, rep.Bytes, full.Bytes)
+	assert.Zero(t, full.BoundsBytes)
+	// 8B: 32 layers x 8 kv heads x d 128; q4:32 pages of 64 tokens = 81920 B, bounds 8 x 2 x 128 x 2 = 4096 B.
+	pages := int64(131072 / 64)
+	assert.Equal(t, 32*pages*4096, quest.BoundsBytes)
+	assert.Equal(t, rep.Bytes+quest.BoundsBytes, quest.Bytes)
+	assert.Equal(t, 32*(18*81920+pages*4096), quest.DecodeReadBytes, "16 pages + the sink page + the recent page, and every page's bounds")
+	assert.InDelta(t, 1.0/8, h2o.ReadFraction, 1e-9)
+	assert.InDelta(t, 4096.0/131072, snap.ReadFraction, 1e-9)
+	assert.InDelta(t, 4096.0/131072, sw.ReadFraction, 1e-9)
+
+	out.Reset()
+	root = newRootCmd(&out, &bytes.Buffer{})
+	root.SetArgs([]string{"plan", "--model", "llama-3.1-8b", "--format", "q4", "--context", "131072", "--eviction", "quest:16"})
+	require.NoError(t, root.Execute())
+	assert.Contains(t, out.String(), "quest:16:1")
+	assert.Contains(t, out.String(), "of which bounds")
+}
+
 func TestPlanErrors(t *testing.T) {
 	for _, c := range []struct {
 		args     []string
@@ -115,6 +148,9 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{"plan", "--model", "llama-3.1-8b", "--context", "-5"}, "--context -5 must be in [0, 2^31-1]"},
 		{[]string{"plan", "--model", "llama-3.1-8b", "--context", "2147483648"}, "--context 2147483648 must be in [0, 2^31-1]"},
 		{[]string{"plan", "--model", "llama-3.1-8b", "--page-size", "-8"}, "--page-size -8 must be a multiple of 8"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--eviction", "quest:0"}, "PAGES must be an integer >= 1"},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--eviction", "lru"}, `--eviction "lru"`},
+		{[]string{"plan", "--model", "llama-3.1-8b", "--eviction", "h2o:8:64"}, "Budget must be > Recent"},
 	} {
 		root := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
 		root.SetArgs(c.args)
