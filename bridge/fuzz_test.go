@@ -88,6 +88,16 @@ func FuzzAttendValidation(f *testing.F) {
 			b.Mass = make([]float32, want)
 			b.MassRows = int(chunk%7) - 1
 		}
+		if sel&64 != 0 { // Quest: counts from -1 up, outputs of the right length or off by delta%2
+			b.QuestPages = int(chunk%5) - 1
+			b.QuestRecent = int(delta)%9 - 1
+			if mask&1 != 0 {
+				b.QuestBounds = make([]float32, max(0, int(b.PageIndptr[n])*c.desc.KVHeads+int(delta)%2))
+			}
+			if mask&2 != 0 {
+				b.QuestSelected = make([]int32, max(0, n*c.desc.KVHeads*max(b.QuestPages, 0)+int(delta)%2))
+			}
+		}
 		rows := int(b.QIndptr[n])
 		b.Q = make([]float32, max(0, rows*b.HeadsQ*c.desc.HeadDimK+int(delta)))
 		for i := range b.Q {

@@ -23,8 +23,9 @@
 //
 // Files: engine.go (Open, options, devices, native log forwarding), cache.go (NewCache, layer groups,
 // pools, stats), sequence.go (sequences: fork, truncate, release), step.go (batched decode/prefill
-// steps), policy.go (eviction policies: SinkWindow, H2O, SnapKV), tokenpolicy.go (H2O's and SnapKV's
-// decisions per kv head), visibility.go (per-kv-head visibility: masks, page release, forks), errors.go
+// steps), policy.go (eviction policies: SinkWindow, H2O, SnapKV, Quest), tokenpolicy.go (H2O's and SnapKV's
+// decisions per kv head), visibility.go (per-kv-head visibility: masks, page release, forks), quest.go
+// (Quest's page selection in decode steps and the pages each read), errors.go
 // (Error and its sentinels); format.go, model.go,
 // presets.go, hfconfig.go and plan.go hold the formats, model specs and the memory planner, which need
 // no device; paged.go (PagedPool) is the low-level path for engines that keep their own page tables.
