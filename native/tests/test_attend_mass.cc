@@ -294,3 +294,34 @@ std::vector<KvMaskCase> kv_mask_cases() {
 GOKV_INSTANTIATE_CASES(Table, KvHeadMasks, kv_mask_cases());
 
 } // namespace
+
+namespace {
+
+class MassKnown : public BackendTest {};
+
+/* A call whose sequences have no query rows still writes every mass element (zeros); one token seen alone
+ * has mass G per kv head: each of its query heads gives it probability 1 (no learned sink). */
+TEST_P(MassKnown, NoRowsAndSingleToken) {
+    if (!dut_has_caps(GOKV_CAP_MASS)) GTEST_SKIP() << dut_name() << " has no GOKV_CAP_MASS";
+    PoolCfg c = format_cfg(GOKV_FORMAT_F16, 0, 0);
+    c.n_kv_heads = 2;
+    Cache cache;
+    ASSERT_TRUE(build_cache(dut(), c, {70, 1, 33}, 31337u, cache));
+    AttnOpts o;
+    o.n_heads_q = 6;
+    o.mass = true;
+    std::vector<float> out, mass;
+    const std::vector<AttnSeq> none = {attn_seq(cache, 0, 0), attn_seq(cache, 1, 0), attn_seq(cache, 2, 0)};
+    ASSERT_EQ(attend(dut(), cache.pool.get(), c, none, {}, o, out, &mass), GOKV_OK) << gokv_last_error();
+    ASSERT_EQ(mass.size(), (size_t)(2 * (70 + 1 + 33)));
+    for (size_t i = 0; i < mass.size(); i++) ASSERT_EQ(mass[i], 0.0f) << "element " << i << " of a call without rows";
+    std::mt19937 rng(5);
+    const std::vector<float> q = gen_normal(rng, 6 * (size_t)c.d_k);
+    const std::vector<AttnSeq> one = {attn_seq(cache, 0, 0), attn_seq(cache, 1, 1), attn_seq(cache, 2, 0)};
+    check_attend(dut(), cache, one, q, o, 1e-5, "single token", &out, &mass);
+    for (int32_t h = 0; h < 2 && mass.size() == (size_t)(2 * 104); h++)
+        EXPECT_NEAR(mass[(size_t)(2 * 70 + h)], 3.0f, 3e-6f) << "kv head " << h << ": 3 query heads, probability 1 each";
+}
+GOKV_INSTANTIATE_ON_BACKENDS(MassKnown);
+
+} // namespace
