@@ -155,8 +155,9 @@ func TestQuestAllPagesIsFull(t *testing.T) {
 	}
 }
 
-// questRun is tcache.run for a Quest cache's decode step: each layer's output is checked against the
-// float64 reference over the pages the kernels chose plus the sink and recent pages.
+// questRun is tcache.run for a Quest cache's step: each decode entry's output is checked against the
+// float64 reference over the pages the kernels chose plus the sink and recent pages (and a KIVI ring),
+// each prefill entry's rows against full causal attention.
 func (h *tcache) questRun(q Quest, entries ...StepEntry) {
 	h.t.Helper()
 	t := h.t
@@ -176,11 +177,25 @@ func (h *tcache) questRun(q Quest, entries ...StepEntry) {
 		for i, s := range st.seqs {
 			dk, dv := h.deqRead(st, l, i)
 			n := int(st.kvLen[i])
+			row := int(st.tokIndptr[i])
+			if st.newTokens[i] > 1 { // prefill: full causal attention, nothing selected
+				for j := 0; j < st.newTokens[i]; j++ {
+					p := int(st.startPos[i]) + j
+					qrow := d.q[l][(row+j)*ls.HeadsQ*ls.HeadDimK : (row+j+1)*ls.HeadsQ*ls.HeadDimK]
+					got := d.out[l][(row+j)*ls.HeadsQ*ls.HeadDimV : (row+j+1)*ls.HeadsQ*ls.HeadDimV]
+					want := refAttend(ls, qrow, dk, dv, p, func(tok int) bool { return tok <= p }, float64(cl.scale), cl.sinks)
+					assertClose(t, want, got, 1e-3, "layer %d seq %d pos %d (prefill in full)", l, s.ID(), p)
+				}
+				for _, j := range sel[i*ls.HeadsKV*q.Pages : (i+1)*ls.HeadsKV*q.Pages] {
+					assert.Equal(t, int32(-1), j, "a prefill entry selects nothing")
+				}
+				continue
+			}
 			p := n - 1
 			pages := ceilDiv(n, P)
 			forced := QuestForcedPages(n, h.spec.SinkTokens, q.Recent, P)
-			qrow := d.q[l][i*ls.HeadsQ*ls.HeadDimK : (i+1)*ls.HeadsQ*ls.HeadDimK]
-			got := d.out[l][i*ls.HeadsQ*ls.HeadDimV : (i+1)*ls.HeadsQ*ls.HeadDimV]
+			qrow := d.q[l][row*ls.HeadsQ*ls.HeadDimK : (row+1)*ls.HeadsQ*ls.HeadDimK]
+			got := d.out[l][row*ls.HeadsQ*ls.HeadDimV : (row+1)*ls.HeadsQ*ls.HeadDimV]
 			want := make([]float64, ls.HeadsQ*ls.HeadDimV)
 			var read []int
 			for kh := 0; kh < ls.HeadsKV; kh++ {
@@ -219,19 +234,48 @@ func (h *tcache) questRun(q Quest, entries ...StepEntry) {
 		}
 	}
 	for i, e := range entries {
-		for l, ls := range h.spec.Layers {
-			kr, vr := ls.HeadsKV*ls.HeadDimK, ls.HeadsKV*ls.HeadDimV
-			h.hist[e.Seq].k[l] = append(h.hist[e.Seq].k[l], d.k[l][i*kr:(i+1)*kr])
-			h.hist[e.Seq].v[l] = append(h.hist[e.Seq].v[l], d.v[l][i*vr:(i+1)*vr])
+		for j := 0; j < e.NewTokens; j++ {
+			r := int(st.tokIndptr[i]) + j
+			for l, ls := range h.spec.Layers {
+				kr, vr := ls.HeadsKV*ls.HeadDimK, ls.HeadsKV*ls.HeadDimV
+				h.hist[e.Seq].k[l] = append(h.hist[e.Seq].k[l], d.k[l][r*kr:(r+1)*kr])
+				h.hist[e.Seq].v[l] = append(h.hist[e.Seq].v[l], d.v[l][r*vr:(r+1)*vr])
+			}
 		}
 	}
 	require.NoError(t, st.Commit())
 	for i, e := range entries {
+		if e.NewTokens != 1 {
+			continue
+		}
 		for l := range h.spec.Layers {
 			got, err := e.Seq.QuestPagesRead(l)
 			require.NoError(t, err)
 			assert.Equal(t, reads[i][l], got, "layer %d: QuestPagesRead", l)
 		}
+	}
+}
+
+// TestQuestMixedStep: a step mixing decode and prefill entries reads under Quest in the decode entries
+// and attends in full in the prefill ones (two native calls per Quest layer), in any order of entries.
+func TestQuestMixedStep(t *testing.T) {
+	spec := smallSpec(2, 32)
+	for _, f := range []Format{{Kind: F16}, {Kind: KIVI2, Group: 32, Residual: 32}} {
+		t.Run(f.String(), func(t *testing.T) {
+			q := Quest{Pages: 1, Recent: 4}
+			page := 8
+			if f.Kind.IsKIVI() {
+				page = 32
+			}
+			h := questTestCache(t, spec, CacheOptions{Format: f, PageSize: page, MaxTokens: 4096, MaxSequences: 4, Eviction: q})
+			a, b, c := h.newSeq(), h.newSeq(), h.newSeq()
+			h.run(uniform(tolFor(f)), prefill(a, 90), prefill(b, 50))
+			h.questRun(q, decode(a), prefill(c, 20), decode(b))
+			h.questRun(q, prefill(c, 7), decode(a))
+			for step := 0; step < 5; step++ {
+				h.questRun(q, decode(a), decode(b), decode(c))
+			}
+		})
 	}
 }
 
@@ -263,4 +307,3 @@ func TestQuestPlanEqualsStats(t *testing.T) {
 		}
 	}
 }
-

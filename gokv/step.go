@@ -54,8 +54,9 @@ type Step struct {
 
 	// Quest (quest.go): whether the step selects pages (all entries decode), and per layer the pages its
 	// last attend call chose.
-	quest    bool
-	questSel [][]int32
+	quest      bool // some entry decodes one token
+	questMixed bool // some entry prefills (Quest layers then make two native calls)
+	questSel   [][]int32
 }
 
 // stepGroup is the step's view of one layer group: the page tables the sequences will have after the
@@ -334,9 +335,16 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 		}
 	}
 	var err error
-	if writeOnly {
+	switch {
+	case writeOnly:
 		err = cl.pool.Write(w)
-	} else {
+	case st.quest && st.questMixed && c.questLayer(layer):
+		var stored bool
+		if stored, err = st.questMixedCalls(layer, w, a); err != nil {
+			st.stored[layer] = st.stored[layer] || stored
+			return wrapErr(op, "layer "+strconv.Itoa(layer), err)
+		}
+	default:
 		err = appendAttend(c.eng.dev, w, a)
 	}
 	if err != nil {
@@ -349,7 +357,7 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 	} else {
 		st.mass[layer] = nil
 	}
-	if st.questSel != nil {
+	if st.questSel != nil && !st.questMixed { // questMixedCalls keeps its own
 		st.questSel[layer] = a.QuestSelected
 	}
 	return nil
