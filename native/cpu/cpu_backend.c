@@ -147,6 +147,7 @@ static void cpu_device_close(void *impl) {
     pthread_mutex_destroy(&dev->base_mu);
     free(dev->ws);
     free(dev->base_pages);
+    free(dev->quest_ws);
     free(dev);
 }
 
@@ -243,9 +244,14 @@ static gokv_status cpu_pool_create(void *dev, const gokv_pool_desc *desc, const 
     const size_t page_total = (size_t)L->page_bytes * (size_t)desc->n_pages;
     p->pages = pool_alloc(page_total, &p->pages_mem);
     if (p->pages && p->n_slots > 0) p->rings = pool_alloc((size_t)L->ring_bytes * (size_t)p->n_slots, &p->rings_mem);
-    if (!p->pages || (p->n_slots > 0 && !p->rings)) {
+    if (p->pages && L->key_bounds) {
+        p->bounds = pool_alloc((size_t)L->bounds_bytes * (size_t)p->n_pages, &p->bounds_mem);
+        for (int32_t i = 0; p->bounds && i < p->n_pages; i++) cpu_bounds_reset(L, cpu_bounds(p, L, i));
+    }
+    if (!p->pages || (p->n_slots > 0 && !p->rings) || (L->key_bounds && !p->bounds)) {
         pool_free(&p->pages_mem);
         pool_free(&p->rings_mem);
+        pool_free(&p->bounds_mem);
         free(p);
         return gokv_set_error(GOKV_ENOMEM, "gokv_pool_create: cannot allocate %d pages of %llu bytes (%zu MiB)",
                               desc->n_pages, (unsigned long long)L->page_bytes, page_total >> 20);
@@ -259,6 +265,7 @@ static void cpu_pool_destroy(void *dev, void *impl) {
     cpu_pool *p = impl;
     pool_free(&p->pages_mem);
     pool_free(&p->rings_mem);
+    pool_free(&p->bounds_mem);
     free(p);
 }
 

@@ -23,6 +23,8 @@ typedef struct cpu_device {
     pthread_mutex_t base_mu; /* one baseline call at a time: it owns the f32 pages below */
     void *base_pages;        /* the dequantize-then-attend baseline's f32 copy, kept (cpu_buffer_reserve) */
     size_t base_bytes;
+    void *quest_ws;          /* Quest's selection (quest.c), under mu, kept (cpu_buffer_reserve) */
+    size_t quest_ws_bytes;
 } cpu_device;
 
 /* Makes *buf hold at least need bytes, 64-byte aligned: grown (its contents dropped) when too small, never
@@ -44,7 +46,8 @@ typedef struct pool_mem {
 typedef struct cpu_pool {
     uint8_t *pages; /* n_pages * page_bytes, 64-byte aligned */
     uint8_t *rings; /* n_residual_slots * ring_bytes (KIVI) */
-    pool_mem pages_mem, rings_mem;
+    uint16_t *bounds; /* key_bounds: n_pages * [Hkv][2][d_k] fp16 (gokv_layout.h); else NULL */
+    pool_mem pages_mem, rings_mem, bounds_mem;
     int32_t n_pages, n_slots;
 } cpu_pool;
 
@@ -54,6 +57,11 @@ static inline const uint8_t *cpu_page(const cpu_pool *p, const gokv_layout *L, i
 static inline uint8_t *cpu_page_mut(cpu_pool *p, const gokv_layout *L, int32_t id) {
     return p->pages + (size_t)id * L->page_bytes;
 }
+/* Page id's key bounds: [Hkv][2][d_k] fp16, min row then max row per kv head. */
+static inline uint16_t *cpu_bounds(const cpu_pool *p, const gokv_layout *L, int32_t id) {
+    return p->bounds + (size_t)id * (L->bounds_bytes / 2u);
+}
+
 static inline uint8_t *cpu_ring(const cpu_pool *p, const gokv_layout *L, int32_t slot) {
     return p->rings + (size_t)slot * L->ring_bytes;
 }
@@ -177,6 +185,24 @@ gokv_status cpu_attend(void *dev, void *pool, const gokv_layout *L, const gokv_a
  * dequantized by kern's dequant_row (gokv_pool_read: the scalar table, the reference). */
 void cpu_read_sequence(const cpu_kernels *kern, const cpu_pool *p, const gokv_layout *L, const int32_t *ids,
                        int32_t kv_len, int32_t slot, int32_t start, int32_t n, float *k_out, float *v_out);
+
+/* Key bounds (store.c): a page's bounds start afresh (min +inf, max -inf). */
+void cpu_bounds_reset(const gokv_layout *L, uint16_t *b);
+
+/* Quest's selection (quest.c), made before a call's attention: per (sequence s, kv head h), index s * Hkv + h,
+ * the token ranges that kv head reads (ascending, disjoint), count[i] of them at ranges + off[i]. */
+typedef struct cpu_quest {
+    int64_t *off;
+    int32_t *count;
+    gokv_range *ranges;
+    float *scores; /* the bounds B of each table entry, per sequence [Hkv][entries] */
+} cpu_quest;
+/* Workspace bytes of cpu_quest_plan for a call. */
+size_t cpu_quest_bytes(const gokv_attend_desc *d, const gokv_layout *L);
+/* Scores, selects (writing d->quest_bounds and d->quest_selected when given) and fills qs from ws (64-byte
+ * aligned, cpu_quest_bytes of it); simd: the AVX2 scoring (x86 with AVX2, FMA and F16C). */
+void cpu_quest_plan(cpu_threadpool *tp, const cpu_pool *pool, const gokv_layout *L, const gokv_attend_desc *d,
+                    int simd, void *ws, cpu_quest *qs);
 
 /* The dequantize-then-attend baseline (docs/architecture.md §9's comparison point): baseline.c. */
 gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, const gokv_layout *L,

@@ -15,6 +15,54 @@
 #include "cpu_internal.h"
 #include "gokv_half.h"
 
+/* ---- key bounds (Quest, gokv_layout.h): per page and kv head, the per-channel min and max of the keys as
+ * stored, rounded outward to fp16 ---- */
+
+static uint16_t half_down(float x) { /* the largest fp16 <= x */
+    uint16_t h = gokv_float_to_half(x);
+    if (!(gokv_half_to_float(h) > x)) return h;
+    return (h & 0x7fffu) == 0 ? 0x8001u : (h & 0x8000u) ? (uint16_t)(h + 1u) : (uint16_t)(h - 1u);
+}
+
+static uint16_t half_up(float x) { /* the smallest fp16 >= x */
+    uint16_t h = gokv_float_to_half(x);
+    if (!(gokv_half_to_float(h) < x)) return h;
+    return (h & 0x7fffu) == 0 ? 0x0001u : (h & 0x8000u) ? (uint16_t)(h - 1u) : (uint16_t)(h + 1u);
+}
+
+void cpu_bounds_reset(const gokv_layout *L, uint16_t *b) {
+    for (int32_t h = 0; h < L->n_kv_heads; h++)
+        for (int32_t c = 0; c < L->d_k; c++) {
+            b[(size_t)h * 2 * L->d_k + c] = 0x7c00u;           /* min = +inf */
+            b[(size_t)h * 2 * L->d_k + L->d_k + c] = 0xfc00u;  /* max = -inf */
+        }
+}
+
+/* Widens channel c of kv head h's bounds (b: the page's) by n stored key values x[0..n). */
+static void bounds_widen(const gokv_layout *L, uint16_t *b, int32_t h, int32_t c, const float *x, int32_t n) {
+    uint16_t *lo = b + (size_t)h * 2 * L->d_k + c, *hi = lo + L->d_k;
+    float mn = INFINITY, mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    if (mn < gokv_half_to_float(*lo)) *lo = half_down(mn);
+    if (mx > gokv_half_to_float(*hi)) *hi = half_up(mx);
+}
+
+/* After slot `slot` of page id was written (per-token formats): its keys as stored widen the page's bounds. */
+static void bounds_token(cpu_pool *p, const gokv_layout *L, int32_t id, int32_t slot) {
+    uint16_t *b = cpu_bounds(p, L, id);
+    if (slot == 0) cpu_bounds_reset(L, b);
+    const cpu_kernels *kern = cpu_kernels_get(GOKV_CPU_SCALAR);
+    float x[1024];
+    for (int32_t h = 0; h < L->n_kv_heads; h++) {
+        cpu_rows r = cpu_page_rows(L, cpu_page(p, L, id), h, 0, slot, 1);
+        kern->dequant_row(&r, 0, L->d_k, x);
+        for (int32_t c = 0; c < L->d_k; c++) bounds_widen(L, b, h, c, x + c, 1);
+    }
+}
+
 /* Quantizes n values (stride apart) into codes q[0..n) with fp16 scale and bias. */
 static void quantize_group(const float *x, size_t stride, int32_t n, int32_t bits, uint16_t *s16, uint16_t *b16,
                            uint8_t *q) {
@@ -106,6 +154,8 @@ static void kivi_flush_group(cpu_pool *p, const gokv_layout *L, const int32_t *i
     const int32_t slot0 = t0 % P, j = slot0 / g;
     float x[1024];
     uint8_t q[128];
+    uint16_t *bounds = L->key_bounds ? cpu_bounds(p, L, ids[t0 / P]) : NULL;
+    if (bounds && slot0 == 0) cpu_bounds_reset(L, bounds);
     for (int32_t h = 0; h < H; h++) {
         cpu_chan ch = cpu_page_chan(L, page, h, j);
         for (int32_t c = 0; c < L->d_k; c++) {
@@ -115,6 +165,11 @@ static void kivi_flush_group(cpu_pool *p, const gokv_layout *L, const int32_t *i
             }
             quantize_group(x, 1, g, L->bits, (uint16_t *)&ch.scale[c], (uint16_t *)&ch.bias[c], q);
             pack_codes(q, g, L->bits, (uint8_t *)ch.codes + (size_t)c * (size_t)(g * L->bits / 8));
+            if (bounds) { /* the keys as stored: q·s + b, as gokv_pool_read reads them */
+                const float s = gokv_half_to_float(ch.scale[c]), b = gokv_half_to_float(ch.bias[c]);
+                for (int32_t t = 0; t < g; t++) x[t] = (float)q[t] * s + b;
+                bounds_widen(L, bounds, h, c, x, g);
+            }
         }
         if (L->v_is_k_prefix) continue;
         for (int32_t t = 0; t < g; t++) {
@@ -148,6 +203,7 @@ static void write_sequence(void *ctx_, int64_t s, int32_t worker) {
         const float *v = L->v_is_k_prefix ? NULL : d->v + (size_t)(row0 + j) * v_row;
         if (!L->kivi) {
             write_token_rows(ctx->p, L, cpu_page_mut(ctx->p, L, ids[pos / L->page_size]), pos % L->page_size, k, v);
+            if (L->key_bounds) bounds_token(ctx->p, L, ids[pos / L->page_size], pos % L->page_size);
             continue;
         }
         ring_store(L, ring, pos % L->ring_rows, k, v);
@@ -230,8 +286,11 @@ gokv_status cpu_pool_read(void *dev, void *pool, const gokv_layout *L, const gok
 gokv_status cpu_pool_copy(void *dev, void *pool_, const gokv_layout *L, const gokv_copy_desc *d) {
     (void)dev;
     cpu_pool *p = pool_;
-    for (int32_t i = 0; i < d->n_pages; i++)
+    for (int32_t i = 0; i < d->n_pages; i++) {
         memcpy(cpu_page_mut(p, L, d->dst_pages[i]), cpu_page(p, L, d->src_pages[i]), L->page_bytes);
+        if (L->key_bounds)
+            memcpy(cpu_bounds(p, L, d->dst_pages[i]), cpu_bounds(p, L, d->src_pages[i]), L->bounds_bytes);
+    }
     for (int32_t i = 0; i < d->n_slots; i++)
         memcpy(cpu_ring(p, L, d->dst_slots[i]), cpu_ring(p, L, d->src_slots[i]), L->ring_bytes);
     return GOKV_OK;

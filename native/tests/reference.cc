@@ -93,6 +93,7 @@ gokv_pool_desc pool_desc(const PoolCfg &c) {
     d.page_size = c.page_size;
     d.n_pages = c.n_pages;
     d.n_residual_slots = c.n_slots;
+    d.key_bounds = c.key_bounds;
     return d;
 }
 

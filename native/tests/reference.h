@@ -58,6 +58,7 @@ struct PoolCfg {
     int32_t page_size = 64;
     int32_t n_pages = 64;
     int32_t n_slots = 0;
+    int32_t key_bounds = 0; /* gokv_pool_desc.key_bounds (Quest) */
     bool kivi() const { return gokv_format_is_kivi(format) != 0; }
     bool quantized() const { return gokv_format_quantized(format) != 0; }
     std::string name() const; /* "f16", "q4_g32", "kivi2_g32_r128" */
