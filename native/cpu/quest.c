@@ -91,11 +91,6 @@ typedef struct quest_pick {
     int32_t i;
 } quest_pick;
 
-static int quest_pick_cmp(const void *a_, const void *b_) { /* higher bound first, then the older page */
-    const quest_pick *a = a_, *b = b_;
-    if (a->b != b->b) return a->b > b->b ? -1 : 1;
-    return a->i < b->i ? -1 : a->i > b->i;
-}
 
 static void quest_task(void *ctx_, int64_t index, int32_t worker) {
     (void)worker;
@@ -135,7 +130,8 @@ static void quest_task(void *ctx_, int64_t index, int32_t worker) {
     uint8_t mark_stack[4096];
     uint8_t *mark = n <= (int32_t)sizeof mark_stack ? mark_stack : calloc((size_t)n, 1);
     quest_pick pick_stack[1024];
-    quest_pick *pk = n <= 1024 ? pick_stack : malloc((size_t)n * sizeof *pk);
+    const int32_t n_pick = K < n ? K : n;
+    quest_pick *pk = n_pick <= 1024 ? pick_stack : malloc((size_t)n_pick * sizeof *pk);
     if (!mark || !pk) { /* out of memory: read every page (the full attention) */
         if (mark != mark_stack) free(mark);
         if (pk != pick_stack) free(pk);
@@ -145,7 +141,9 @@ static void quest_task(void *ctx_, int64_t index, int32_t worker) {
         return;
     }
     memset(mark, 0, (size_t)n);
-    int32_t n_comp = 0;
+    /* the K best so far in pk[0..n_sel), by bound descending then index ascending: entries come in index order,
+     * so a later one displaces only a strictly lower bound (ties to the older page) */
+    int32_t n_sel = 0;
     for (int32_t i = 0; i < n; i++) {
         const int64_t first = (int64_t)i * P, last = first + P; /* [first, last) */
         if (first >= vis) continue;
@@ -153,13 +151,11 @@ static void quest_task(void *ctx_, int64_t index, int32_t worker) {
             mark[i] = 1;
             continue;
         }
-        if (B[i] == -INFINITY) continue;
-        pk[n_comp++] = (quest_pick){B[i], i};
-    }
-    int32_t n_sel = n_comp;
-    if (n_comp > K) {
-        qsort(pk, (size_t)n_comp, sizeof *pk, quest_pick_cmp);
-        n_sel = K;
+        const float b = B[i];
+        if (b == -INFINITY || K == 0 || (n_sel == K && !(b > pk[K - 1].b))) continue;
+        int32_t j = n_sel < K ? n_sel++ : K - 1;
+        for (; j > 0 && pk[j - 1].b < b; j--) pk[j] = pk[j - 1];
+        pk[j] = (quest_pick){b, i};
     }
     for (int32_t j = 0; j < n_sel; j++) mark[pk[j].i] = 2;
     if (sel) {

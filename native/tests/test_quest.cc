@@ -9,7 +9,8 @@
  *     per-channel min and max rounded outward to fp16; released pages and pages with no key -inf; (b) the
  *     selection equals the top K of the bounds (ties to the older page) among the pages that are neither sink
  *     nor recent pages; (c) the output equals the float64 reference over exactly the chosen, sink and recent
- *     pages (and a KIVI ring's tokens), as per-kv-head masks.
+ *     pages (and a KIVI ring's tokens), as per-kv-head masks; with GOKV_CAP_MASS, the attention mass too
+ *     (tokens not read: exactly 0).
  *   - full: K at least the competing pages gives the full attention, and lists every competing page.
  *   - copy: the bounds follow a page through gokv_pool_copy, and start afresh when a page is written again from
  *     slot 0 (a sequence of small keys reusing a sequence's pages).
@@ -54,7 +55,7 @@ struct QuestOpts {
 };
 
 struct QuestOut {
-    std::vector<float> out, bounds;
+    std::vector<float> out, bounds, mass; /* mass: with GOKV_CAP_MASS */
     std::vector<int32_t> selected;
 };
 
@@ -111,6 +112,11 @@ gokv_status quest_attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, co
     a.quest_recent = qo.recent;
     a.quest_bounds = r.bounds.data();
     a.quest_selected = r.selected.data();
+    r.mass.clear();
+    if (dut_has_caps(GOKV_CAP_MASS)) {
+        r.mass.assign(mass_size(c, seqs), nan);
+        a.mass = r.mass.data();
+    }
     return gokv_attend(dev, &a);
 }
 
@@ -232,10 +238,20 @@ void check_quest(const Cache &cache, const std::vector<AttnSeq> &seqs, const std
     }
     AttnOpts ro = o;
     ro.flags |= GOKV_ATTEND_MASK_PER_KV_HEAD;
-    std::vector<double> ref;
-    ref_attend(c, ref_seqs, q, ro, ref);
+    std::vector<double> ref, ref_mass;
+    ref_attend(c, ref_seqs, q, ro, ref, nullptr, &ref_mass);
     EXPECT_TRUE(all_finite(r.out)) << what;
     EXPECT_LE(rel_err(r.out, ref), tol_for(c.format)) << what;
+    if (!r.mass.empty()) { /* tokens not read have mass 0 */
+        ASSERT_EQ(r.mass.size(), ref_mass.size()) << what;
+        EXPECT_TRUE(all_finite(r.mass)) << what << " (mass)";
+        EXPECT_LE(mass_err(r.mass, ref_mass), tol_for(c.format)) << what << " (mass)";
+        for (size_t i = 0; i < r.mass.size(); i++)
+            if (ref_mass[i] == 0.0) {
+                EXPECT_EQ(r.mass[i], 0.0f) << what << " mass element " << i;
+                if (r.mass[i] != 0.0f) break;
+            }
+    }
     if (expect_full) { /* the full attention itself, without Quest */
         std::vector<double> full;
         ref_attend(c, seqs, q, o, full);
@@ -359,5 +375,44 @@ std::vector<QuestCase> quest_cases() {
     return v;
 }
 GOKV_INSTANTIATE_CASES(Table, Quest, quest_cases());
+
+/* What the core rejects only on a pool with key_bounds (test_validation.cc has the rest): Quest with a window,
+ * with a sequence of several query rows, with the baseline; a rejected call writes no Quest output. */
+class QuestValidation : public BackendTest {};
+
+TEST_P(QuestValidation, RejectsAndWritesNothing) {
+    if (!dut_has_caps(GOKV_CAP_QUEST)) GTEST_SKIP() << dut_name() << " has no GOKV_CAP_QUEST";
+    AttnOpts o;
+    PoolCfg c = attn_cfg({GOKV_FORMAT_Q4, 32, 0}, GQA, &o.n_heads_q);
+    c.key_bounds = 1;
+    Cache cache;
+    ASSERT_TRUE(build_cache(dut(), c, {300, 100}, 5u, cache));
+    std::vector<AttnSeq> seqs = {attn_seq(cache, 0, 1), attn_seq(cache, 1, 1)};
+    std::mt19937 rng(6);
+    std::vector<float> q = gen_normal(rng, 3 * (size_t)o.n_heads_q * (size_t)c.d_k);
+    QuestOut r;
+    ASSERT_EQ(quest_attend(dut(), cache.pool.get(), c, seqs, q, o, {2, 0}, r), GOKV_OK) << gokv_last_error();
+    struct Bad {
+        const char *what, *needle;
+        int32_t window, rows;
+        uint32_t flags;
+    };
+    for (const Bad &b : {Bad{"window", "window", 16, 1, 0u}, Bad{"two rows", "rows", 0, 2, 0u},
+                         Bad{"baseline", "baseline", 0, 1, (uint32_t)GOKV_ATTEND_DEQUANT_BASELINE}}) {
+        AttnOpts ob = o;
+        ob.window = b.window;
+        ob.flags = b.flags;
+        std::vector<AttnSeq> sb = seqs;
+        sb[1].n_rows = b.rows;
+        sb[1].q_pos = sb[1].kv_len - b.rows;
+        QuestOut rb;
+        const gokv_status st = quest_attend(dut(), cache.pool.get(), c, sb, q, ob, {2, 0}, rb);
+        EXPECT_EQ(st, GOKV_EINVAL) << b.what;
+        EXPECT_NE(std::string(gokv_last_error()).find(b.needle), std::string::npos) << b.what << ": " << gokv_last_error();
+        EXPECT_TRUE(std::all_of(rb.bounds.begin(), rb.bounds.end(), [](float x) { return std::isnan(x); })) << b.what;
+        EXPECT_TRUE(std::all_of(rb.selected.begin(), rb.selected.end(), [](int32_t x) { return x == -7; })) << b.what;
+    }
+}
+GOKV_INSTANTIATE_ON_BACKENDS(QuestValidation);
 
 } // namespace

@@ -535,6 +535,10 @@ TEST_P(CallValidation, AttendRejects) {
             {"negative mass_rows without mass", [&](gokv_attend_desc &a) { a.mass_rows = -3; }, GOKV_EINVAL, "mass_rows"},
             {"mass with the baseline flag", [&](gokv_attend_desc &a) { a.mass = mass.data(); a.flags = GOKV_ATTEND_DEQUANT_BASELINE; }, GOKV_EINVAL, "mass"},
             {"per-kv-head flag without a mask", [&](gokv_attend_desc &a) { a.flags = GOKV_ATTEND_MASK_PER_KV_HEAD; }, GOKV_EINVAL, "valid_mask"},
+            {"negative quest_pages", [](gokv_attend_desc &a) { a.quest_pages = -1; }, GOKV_EINVAL, "quest_pages"},
+            {"negative quest_recent", [](gokv_attend_desc &a) { a.quest_recent = -2; }, GOKV_EINVAL, "quest_recent"},
+            {"quest_bounds without quest_pages", [&](gokv_attend_desc &a) { a.quest_bounds = out.data(); }, GOKV_EINVAL, "quest_pages"},
+            {"quest_pages on a pool without key_bounds", [](gokv_attend_desc &a) { a.quest_pages = 2; }, GOKV_EINVAL, "key_bounds"},
             {"per-kv-head mask too short (one mask per sequence)", [&](gokv_attend_desc &a) { a.flags = GOKV_ATTEND_MASK_PER_KV_HEAD; a.valid_mask = mask.data(); a.valid_indptr = vind.data(); }, GOKV_EINVAL, "valid_mask"},
             {"per-kv-head mask a word short", [&](gokv_attend_desc &a) { a.flags = GOKV_ATTEND_MASK_PER_KV_HEAD; a.valid_mask = head_masks.data(); head_vind = {0, 8, 13}; a.valid_indptr = head_vind.data(); }, GOKV_EINVAL, "valid_mask"},
         };
