@@ -49,11 +49,18 @@
  * subgroup size the device may give the pipeline), INPUTS_STAGED; reduce and baseline_dequant use
  * INPUTS_STAGED (OP3) only.
  *
+ * Quest (desc.quest_pages > 0; pools with key_bounds): quest_score.comp scores the page-table entries from
+ * the pages' key bounds in a submission of its own, the host chooses the pages, and the call runs as one
+ * with a validity mask per kv head that keeps only the chosen, sink and recent pages and the KIVI ring
+ * (quest_attend, at the end of this file).
+ *
  * GOKV_ATTEND_DEQUANT_BASELINE (benchmarks): baseline_dequant first expands every page the call can see
  * into an f32 copy (the layout of an f32 pool of the same geometry, V stored apart even for MLA) at the
  * start of the scratch buffer, then baseline_attend runs the same attention specialized for that f32 pool.
  * GOKV_ATTEND_FORCE_SCALAR is a CPU-only switch and is ignored here.
  */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "vk_internal.h"
@@ -493,9 +500,7 @@ static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_d
     }
 }
 
-gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv_attend_desc *d) {
-    vkb_device *dev = dev_;
-    vkb_pool *pool = pool_;
+static gokv_status attend_plain(vkb_device *dev, vkb_pool *pool, const gokv_layout *L, const gokv_attend_desc *d) {
     if (d->n_seqs == 0 || d->q_indptr[d->n_seqs] == 0) { /* no query rows: no token gets any mass */
         if (d->mass) {
             uint64_t n = 0;
@@ -518,4 +523,158 @@ gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv
     }
     vkb_call_end(&c);
     return st;
+}
+
+/* ---- Quest (desc.quest_pages > 0) ----
+ * quest_score.comp scores every page-table entry per kv head from the pages' key bounds (one submission);
+ * the host then chooses, per sequence and kv head, the K highest among the pages that are neither sink nor
+ * recent pages, ties to the older page (as native/cpu/quest.c), and the attention runs with a validity mask
+ * per kv head that keeps only the chosen, sink and recent pages and the KIVI ring's tokens (and'ed with the
+ * caller's mask): every other token is masked, so its mass is 0. */
+VKB_PUSH_STRUCT(quest_push, GOKV_PUSH_QUEST_SCORE); /* quest_score */
+
+typedef struct quest_pick {
+    float b;
+    int32_t i;
+} quest_pick;
+
+static int quest_pick_cmp(const void *a_, const void *b_) { /* higher bound first, then the older page */
+    const quest_pick *a = a_, *b = b_;
+    if (a->b != b->b) return a->b > b->b ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/* The bounds B [entries][n_kv_heads] of every page-table entry (-inf where nothing competes). */
+static gokv_status quest_scores(vkb_device *dev, vkb_pool *pool, const gokv_layout *L, const gokv_attend_desc *d,
+                                float *B) {
+    const int64_t n_entries = d->page_indptr[d->n_seqs];
+    const uint64_t H = (uint64_t)L->n_kv_heads;
+    if (n_entries == 0) return GOKV_OK;
+    const uint64_t q_words = (uint64_t)d->q_indptr[d->n_seqs] * (uint64_t)d->n_heads_q * (uint64_t)L->d_k;
+    const uint64_t up_words = q_words + 2u * (uint64_t)n_entries, items = (uint64_t)n_entries * H;
+    if (up_words * 4u > dev->max_storage_range || items * 4u > dev->max_storage_range)
+        return gokv_set_error(GOKV_ENOMEM, "gokv_attend: vulkan: Quest's scores of %lld page-table entries exceed the "
+                              "device's %llu-byte storage buffer range", (long long)n_entries,
+                              (unsigned long long)dev->max_storage_range);
+    VkPipeline pl;
+    gokv_status st = vkb_get_pipeline(dev, "quest_score", pool->spec, &pl);
+    if (st) return st;
+    vkb_call c;
+    if ((st = vkb_call_begin(dev, pool, up_words * 4u, 0, items * 4u, &c))) return st;
+    uint32_t *up = (uint32_t *)c.up;
+    memcpy(up, d->q, q_words * 4u);
+    uint32_t *e = up + q_words;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s], kv_len = d->kv_len[s];
+        const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
+        const int32_t *ids = d->page_ids + d->page_indptr[s];
+        for (int32_t i = 0; i < d->page_indptr[s + 1] - d->page_indptr[s]; i++, e += 2) {
+            const int ok = rows > 0 && ids[i] >= 0 && (int64_t)i * L->page_size < n_quant;
+            e[0] = ok ? (uint32_t)ids[i] : NONE;
+            e[1] = rows > 0 ? (uint32_t)((uint64_t)d->q_indptr[s] * (uint64_t)d->n_heads_q * (uint64_t)L->d_k) : 0u;
+        }
+    }
+    const quest_push push = {(uint32_t)items, (uint32_t)q_words, 0u, pool->bounds_w,
+                             (uint32_t)(d->n_heads_q / L->n_kv_heads)};
+    vkb_dispatch_linear(&c, pl, &push, sizeof push, items, pool->spec[VKB_SPEC_WG_SIZE]);
+    st = vkb_call_submit(&c, "gokv_attend (Quest scores)");
+    if (!st) memcpy(B, c.down, items * 4u);
+    vkb_call_end(&c);
+    return st;
+}
+
+static gokv_status quest_attend(vkb_device *dev, vkb_pool *pool, const gokv_layout *L, const gokv_attend_desc *d) {
+    const int32_t H = L->n_kv_heads, P = L->page_size, K = d->quest_pages;
+    const int64_t n_entries = d->page_indptr[d->n_seqs];
+    int32_t max_n = 0;
+    uint64_t words = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t n = d->page_indptr[s + 1] - d->page_indptr[s];
+        max_n = n > max_n ? n : max_n;
+        words += (uint64_t)H * (uint64_t)((d->kv_len[s] + 31) / 32);
+    }
+    float *B = malloc((size_t)n_entries * (size_t)H * sizeof(float) + 4u);
+    uint32_t *mask = calloc((size_t)words + 1u, sizeof(uint32_t));
+    int32_t *indptr = malloc(((size_t)d->n_seqs + 1u) * sizeof(int32_t));
+    uint8_t *mark = malloc((size_t)max_n + 1u);
+    quest_pick *pk = malloc(((size_t)max_n + 1u) * sizeof *pk);
+    gokv_status st = GOKV_OK;
+    if (!B || !mask || !indptr || !mark || !pk || words > INT32_MAX) {
+        st = gokv_set_error(GOKV_ENOMEM, "gokv_attend: vulkan: out of memory for Quest's selection");
+        goto done;
+    }
+    if ((st = quest_scores(dev, pool, L, d, B))) goto done;
+    if (d->quest_bounds) memcpy(d->quest_bounds, B, (size_t)n_entries * (size_t)H * sizeof(float));
+    uint64_t w0 = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t n = d->page_indptr[s + 1] - d->page_indptr[s], kv_len = d->kv_len[s];
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s], W = (kv_len + 31) / 32;
+        const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
+        const int32_t vis = rows > 0 ? (d->q_pos[s] + 1 < kv_len ? d->q_pos[s] + 1 : kv_len) : 0;
+        const int64_t recent_from = (int64_t)vis - d->quest_recent;
+        indptr[s] = (int32_t)w0;
+        for (int32_t h = 0; h < H; h++) {
+            const float *Bs = B + (size_t)d->page_indptr[s] * (size_t)H;
+            memset(mark, 0, (size_t)n + 1u);
+            int32_t n_comp = 0;
+            for (int32_t i = 0; i < n; i++) { /* 1: sink or recent page, 2: chosen */
+                const int64_t first = (int64_t)i * P, last = first + P;
+                if (first >= vis) continue;
+                if (first < d->n_sink_tokens || (d->quest_recent > 0 && last > recent_from)) {
+                    mark[i] = 1;
+                    continue;
+                }
+                const float b = Bs[(size_t)i * (size_t)H + (size_t)h];
+                if (b == -INFINITY) continue;
+                pk[n_comp++] = (quest_pick){b, i};
+            }
+            int32_t n_sel = n_comp;
+            if (n_comp > K) {
+                qsort(pk, (size_t)n_comp, sizeof *pk, quest_pick_cmp);
+                n_sel = K;
+            }
+            for (int32_t j = 0; j < n_sel; j++) mark[pk[j].i] = 2;
+            if (d->quest_selected) {
+                int32_t *sel = d->quest_selected + ((int64_t)s * H + h) * K, j = 0;
+                for (int32_t i = 0; i < n; i++)
+                    if (mark[i] == 2) sel[j++] = i;
+                for (; j < K; j++) sel[j] = -1;
+            }
+            /* kv head h's mask: the caller's, and'ed with the pages read (or the ring) */
+            uint32_t *m = mask + w0 + (uint64_t)h * (uint64_t)W;
+            const uint32_t *um = NULL;
+            if (d->valid_mask)
+                um = d->valid_mask + d->valid_indptr[s] +
+                     ((d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) ? (int64_t)h * W : 0);
+            for (int32_t t = 0; t < kv_len; t++) {
+                const int32_t i = t / P;
+                const int read = rows == 0 || t >= n_quant || (i < n && mark[i]);
+                const int user = !um || ((um[t / 32] >> (t % 32)) & 1u);
+                if (read && user) m[t / 32] |= 1u << (t % 32);
+            }
+        }
+        w0 += (uint64_t)H * (uint64_t)W;
+    }
+    indptr[d->n_seqs] = (int32_t)w0;
+    gokv_attend_desc a = *d;
+    a.valid_mask = mask;
+    a.valid_indptr = indptr;
+    a.flags |= GOKV_ATTEND_MASK_PER_KV_HEAD;
+    a.quest_pages = 0;
+    a.quest_recent = 0;
+    a.quest_bounds = NULL;
+    a.quest_selected = NULL;
+    st = attend_plain(dev, pool, L, &a);
+done:
+    free(B);
+    free(mask);
+    free(indptr);
+    free(mark);
+    free(pk);
+    return st;
+}
+
+gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv_attend_desc *d) {
+    if (d->quest_pages > 0) return quest_attend(dev_, pool_, L, d);
+    return attend_plain(dev_, pool_, L, d);
 }

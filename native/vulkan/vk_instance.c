@@ -430,7 +430,7 @@ gokv_status vkb_device_info(void *dev_, gokv_device_info *out) {
     out->subgroup_size = (int32_t)sg;
     out->n_threads = 1;
     out->caps = GOKV_CAP_DECODE | GOKV_CAP_PREFILL | GOKV_CAP_LEARNED_SINKS | GOKV_CAP_WINDOW | GOKV_CAP_MLA |
-                GOKV_CAP_HOLES | GOKV_CAP_BASELINE | GOKV_CAP_MASS | GOKV_CAP_KV_HEAD_MASKS;
+                GOKV_CAP_HOLES | GOKV_CAP_BASELINE | GOKV_CAP_MASS | GOKV_CAP_KV_HEAD_MASKS | GOKV_CAP_QUEST;
     out->formats = (1u << GOKV_FORMAT_COUNT_) - 1u;
     return GOKV_OK;
 }

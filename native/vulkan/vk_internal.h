@@ -20,6 +20,7 @@
  *
  * Every shader sees one descriptor set (set 0) with five storage buffers, bound by vkb_call_begin:
  *     binding 0  pages    the pool's page storage (device-local), page p at byte p * L.page_bytes
+ *                         (then, with key_bounds, the pages' key bounds from word vkb_pool.bounds_w)
  *     binding 1  rings    the pool's KIVI residual slots (device-local; a small dummy when there are none)
  *     binding 2  up       this call's inputs (host-visible), up_bytes
  *     binding 3  scratch  this call's device-local scratch (split-K partials, baseline copies), scratch_bytes
@@ -169,7 +170,9 @@ typedef struct vkb_device {
 typedef struct vkb_pool {
     gokv_layout L;
     int32_t n_pages, n_slots;
-    vkb_buffer pages; /* n_pages * L.page_bytes, device-local, zero-filled at creation */
+    vkb_buffer pages; /* n_pages * L.page_bytes, device-local, zero-filled at creation; then (key_bounds)
+                         n_pages * L.bounds_bytes of key bounds, from word bounds_w, "no key" at creation */
+    uint32_t bounds_w;
     vkb_buffer ring;  /* n_slots * L.ring_bytes, device-local (size 0: none) */
     uint32_t spec[VKB_SPEC_COUNT]; /* the layout's constants, see vkb_pool_spec */
 } vkb_pool;
@@ -233,6 +236,10 @@ gokv_status vkb_call_begin(vkb_device *d, vkb_pool *p, VkDeviceSize up_bytes, Vk
  * must be within d->max_groups (the op splits larger grids; 65535 is always allowed). */
 void vkb_cmd_dispatch(vkb_call *c, VkPipeline pipeline, const void *push, uint32_t push_bytes, uint32_t gx,
                       uint32_t gy, uint32_t gz);
+/* Dispatches items invocations in workgroups of wg as a 2D grid (no count above 65535); the shaders
+ * linearize (y * num_x + x) * wg + local id and skip the tail. */
+void vkb_dispatch_linear(vkb_call *c, VkPipeline pipeline, const void *push, uint32_t push_bytes, uint64_t items,
+                         uint32_t wg);
 /* Makes all earlier shader and transfer writes visible to later shader, transfer and host reads. */
 void vkb_cmd_barrier(vkb_call *c);
 /* Ends, submits and waits. Maps Vulkan errors to statuses (device lost: GOKV_EDEVICE, and the device is

@@ -1,6 +1,8 @@
 /*
- * vk_pool.c: page pools (one device-local buffer of pages and one of KIVI rings, zero-filled at creation) and
- * the backend slots pool_create, pool_destroy, pool_copy, page_bytes and slot_bytes.
+ * vk_pool.c: page pools (one device-local buffer of pages and one of KIVI rings, zero-filled at creation; with
+ * key_bounds the pages' Quest key bounds follow the pages in the first buffer, set to "no key" at creation by
+ * store_bounds.comp and copied with their pages) and the backend slots pool_create, pool_destroy, pool_copy,
+ * page_bytes and slot_bytes.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -21,7 +23,7 @@ static void pool_free(vkb_device *d, vkb_pool *p) {
 gokv_status vkb_pool_create(void *dev_, const gokv_pool_desc *desc, const gokv_layout *L, void **impl) {
     vkb_device *d = dev_;
     const char *op = "gokv_pool_create";
-    const uint64_t page_bytes = L->page_bytes * (uint64_t)desc->n_pages;
+    const uint64_t page_bytes = (L->page_bytes + L->bounds_bytes) * (uint64_t)desc->n_pages; /* pages, then bounds */
     const uint64_t ring_bytes = L->ring_bytes * (uint64_t)desc->n_residual_slots;
     if (page_bytes + ring_bytes > d->device_local_bytes)
         return gokv_set_error(GOKV_ENOMEM,
@@ -34,7 +36,16 @@ gokv_status vkb_pool_create(void *dev_, const gokv_pool_desc *desc, const gokv_l
     p->L = *L;
     p->n_pages = desc->n_pages;
     p->n_slots = desc->n_residual_slots;
+    p->bounds_w = (uint32_t)(L->page_bytes / 4u * (uint64_t)desc->n_pages);
     vkb_pool_spec(d, L, p->spec);
+    VkPipeline bounds_pl = VK_NULL_HANDLE;
+    if (L->key_bounds && L->bounds_bytes * (uint64_t)desc->n_pages / 4u / 2u > UINT32_MAX)
+        return free(p), gokv_set_error(GOKV_ENOMEM, "%s: vulkan: key bounds of %d pages exceed 2^32 invocations", op,
+                                       desc->n_pages);
+    if (L->key_bounds) {
+        gokv_status pst = vkb_get_pipeline(d, "store_bounds", p->spec, &bounds_pl);
+        if (pst) return free(p), pst;
+    }
     pthread_mutex_lock(&d->mu);
     gokv_status st = d->lost ? gokv_set_error(GOKV_EDEVICE, "%s: vulkan: the device was lost; close it and open a new one", op)
                              : vkb_buffer_create(d, page_bytes, 0, op, "the pool's pages (use fewer pages per pool)", &p->pages);
@@ -50,6 +61,12 @@ gokv_status vkb_pool_create(void *dev_, const gokv_pool_desc *desc, const gokv_l
     if (st == GOKV_OK) {
         vkCmdFillBuffer(c.cmd, p->pages.buf, 0, VK_WHOLE_SIZE, 0);
         if (p->ring.buf) vkCmdFillBuffer(c.cmd, p->ring.buf, 0, VK_WHOLE_SIZE, 0);
+        if (bounds_pl) { /* every page's bounds: "no key yet" (min = +inf, max = -inf) */
+            vkb_cmd_barrier(&c);
+            const uint64_t items = (uint64_t)desc->n_pages * (uint64_t)L->n_kv_heads * (uint64_t)L->d_k / 2u;
+            const uint32_t push[4] = {0, p->bounds_w, 1u, (uint32_t)items};
+            vkb_dispatch_linear(&c, bounds_pl, push, sizeof push, items, p->spec[VKB_SPEC_WG_SIZE]);
+        }
         st = vkb_call_submit(&c, op);
         vkb_call_end(&c);
     }
@@ -80,6 +97,11 @@ gokv_status vkb_pool_copy(void *dev_, void *pool_, const gokv_layout *L, const g
                                         .dstOffset = (VkDeviceSize)desc->dst_pages[i] * L->page_bytes,
                                         .size = L->page_bytes};
         if (desc->n_pages) vkCmdCopyBuffer(c.cmd, p->pages.buf, p->pages.buf, (uint32_t)desc->n_pages, regions);
+        for (int32_t i = 0; L->key_bounds && i < desc->n_pages; i++) /* a page's key bounds go with it */
+            regions[i] = (VkBufferCopy){.srcOffset = (VkDeviceSize)p->bounds_w * 4u + (VkDeviceSize)desc->src_pages[i] * L->bounds_bytes,
+                                        .dstOffset = (VkDeviceSize)p->bounds_w * 4u + (VkDeviceSize)desc->dst_pages[i] * L->bounds_bytes,
+                                        .size = L->bounds_bytes};
+        if (L->key_bounds && desc->n_pages) vkCmdCopyBuffer(c.cmd, p->pages.buf, p->pages.buf, (uint32_t)desc->n_pages, regions);
         for (int32_t i = 0; i < desc->n_slots; i++)
             regions[i] = (VkBufferCopy){.srcOffset = (VkDeviceSize)desc->src_slots[i] * L->ring_bytes,
                                         .dstOffset = (VkDeviceSize)desc->dst_slots[i] * L->ring_bytes,

@@ -17,6 +17,9 @@
  *                       reads ring rows that new tokens overwrite), store_ring writes each new token that
  *                       is the last one of this write to land on its ring row (t >= n1 - (R + g)): the
  *                       ring ends exactly as the CPU's sequential loop leaves it.
+ *   key bounds:         (pools with key_bounds, Quest) after a barrier, store_bounds widens the bounds of each
+ *                       page the chunk filled by the keys it stored there (per-token formats: the new
+ *                       positions; KIVI: the quantized groups), starting afresh at slot 0.
  *   read:               store_read dequantizes each requested element (page, ring or zero).
  *
  * A call is one submission unless its buffers would exceed the device's storage buffer range (Vulkan only
@@ -30,7 +33,7 @@
 #include "vk_internal.h"
 
 /* Words of the per-row records in up, as the shaders read them. */
-enum { ROW_META = 4, KEY_GROUP_META = 6, RING_META = 3, READ_META = 4 };
+enum { ROW_META = 4, KEY_GROUP_META = 6, RING_META = 3, READ_META = 4, BOUNDS_META = 3 };
 #define NONE 0xffffffffu /* "no ring slot" / "released page" in a record */
 
 /* Push constants: the shaders' Push blocks, from the field lists of shaders/push.glsl. */
@@ -38,6 +41,7 @@ VKB_PUSH_STRUCT(rows_push, GOKV_PUSH_STORE_ROWS);           /* store_rows */
 VKB_PUSH_STRUCT(kivi_keys_push, GOKV_PUSH_STORE_KIVI_KEYS); /* store_kivi_keys */
 VKB_PUSH_STRUCT(ring_push, GOKV_PUSH_STORE_RING);           /* store_ring */
 VKB_PUSH_STRUCT(read_push, GOKV_PUSH_STORE_READ);           /* store_read */
+VKB_PUSH_STRUCT(bounds_push, GOKV_PUSH_STORE_BOUNDS);       /* store_bounds */
 
 /* Dispatches items invocations (workgroups of wg) as a 2D grid, so that no count exceeds 65535. Callers keep
  * items below 2^32 (see chunk_fits). */
@@ -71,13 +75,20 @@ typedef struct write_count {
     uint64_t rows;        /* input rows */
     uint64_t groups;      /* KIVI token groups quantized */
     uint64_t ring_tokens; /* KIVI tokens written to rings */
+    uint64_t bounds;      /* key bounds records (at most one per page a piece fills): pools with key_bounds */
 } write_count;
 
 /* Adds a sequence growing from n0 to n0 + n tokens. */
 static void count_piece(const gokv_layout *L, int32_t n0, int32_t n, write_count *c) {
     c->rows += (uint64_t)n;
+    if (L->key_bounds && !L->kivi && n > 0)
+        c->bounds += (uint64_t)((n0 + n - 1) / L->page_size - n0 / L->page_size + 1);
     if (!L->kivi || n == 0) return;
     const int32_t n1 = n0 + n;
+    if (L->key_bounds) {
+        const int32_t q0 = gokv_kivi_quantized_len(n0, L->group, L->residual), q1 = gokv_kivi_quantized_len(n1, L->group, L->residual);
+        if (q1 > q0) c->bounds += (uint64_t)((q1 - 1) / L->page_size - q0 / L->page_size + 1);
+    }
     c->groups += (uint64_t)((gokv_kivi_quantized_len(n1, L->group, L->residual) -
                              gokv_kivi_quantized_len(n0, L->group, L->residual)) / L->group);
     c->ring_tokens += (uint64_t)(n1 - (n1 - L->ring_rows > n0 ? n1 - L->ring_rows : n0));
@@ -85,7 +96,7 @@ static void count_piece(const gokv_layout *L, int32_t n0, int32_t n, write_count
 
 /* The up buffer of a chunk, in words: k, v, value-row records, key-group records, ring records. */
 typedef struct write_layout {
-    uint64_t k_w, v_w, row_meta_w, key_meta_w, ring_meta_w, words;
+    uint64_t k_w, v_w, row_meta_w, key_meta_w, ring_meta_w, bounds_meta_w, words;
     uint64_t meta_rows; /* rows store_rows stores: every input row, or (KIVI) the values of quantized groups */
 } write_layout;
 
@@ -98,7 +109,8 @@ static write_layout layout_write(const gokv_layout *L, const write_count *c) {
     w.row_meta_w = w.v_w + (L->v_is_k_prefix ? 0 : c->rows * H * (uint64_t)L->d_v);
     w.key_meta_w = w.row_meta_w + w.meta_rows * ROW_META;
     w.ring_meta_w = w.key_meta_w + c->groups * KEY_GROUP_META;
-    w.words = w.ring_meta_w + c->ring_tokens * RING_META;
+    w.bounds_meta_w = w.ring_meta_w + c->ring_tokens * RING_META;
+    w.words = w.bounds_meta_w + c->bounds * BOUNDS_META;
     return w;
 }
 
@@ -115,7 +127,7 @@ static int chunk_fits(const gokv_layout *L, const write_count *c, uint64_t limit
 static gokv_status chunk_end(const char *op, const gokv_layout *L, const gokv_write_desc *d, int64_t r0, uint64_t limit,
                              int64_t *r1, write_count *out) {
     const int64_t rows = d->tok_indptr[d->n_seqs];
-    write_count c = {0, 0, 0};
+    write_count c = {0, 0, 0, 0};
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const piece p = seq_piece(d->tok_indptr, d->start_pos, s, r0, rows);
         if (p.n == 0) continue;
@@ -197,9 +209,36 @@ static void fill_kivi_meta(const gokv_layout *L, const gokv_write_desc *d, int64
     }
 }
 
+/* Key bounds records of a chunk: for each page it fills, (page, s0, s1), the slots whose keys it stores
+ * (per-token formats: the new positions; KIVI: the groups it quantizes). Returns their number. */
+static uint64_t fill_bounds_meta(const gokv_layout *L, const gokv_write_desc *d, int64_t r0, int64_t r1, uint32_t *meta) {
+    const int32_t P = L->page_size;
+    uint64_t n = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const piece p = seq_piece(d->tok_indptr, d->start_pos, s, r0, r1);
+        if (p.n == 0) continue;
+        const int32_t *ids = d->page_ids + d->page_indptr[s];
+        int32_t a = p.pos, b = p.pos + p.n; /* positions whose keys land in pages */
+        if (L->kivi) {
+            a = gokv_kivi_quantized_len(p.pos, L->group, L->residual);
+            b = gokv_kivi_quantized_len(p.pos + p.n, L->group, L->residual);
+        }
+        for (int32_t t = a; t < b;) {
+            const int32_t end = (t / P + 1) * P < b ? (t / P + 1) * P : b;
+            meta[0] = (uint32_t)ids[t / P];
+            meta[1] = (uint32_t)(t % P);
+            meta[2] = (uint32_t)((end - 1) % P + 1);
+            meta += BOUNDS_META;
+            n++;
+            t = end;
+        }
+    }
+    return n;
+}
+
 /* The pipelines a write of this pool may use (acquired up front, so no chunk fails on one). */
 typedef struct write_pipes {
-    VkPipeline rows, kivi_keys, ring;
+    VkPipeline rows, kivi_keys, ring, bounds;
     uint32_t wg;
 } write_pipes;
 
@@ -212,6 +251,7 @@ static gokv_status get_write_pipes(vkb_device *D, const gokv_layout *L, write_pi
     if (!(L->kivi && L->v_is_k_prefix)) st = vkb_get_pipeline(D, "store_rows", spec, &wp->rows);
     if (!st && L->kivi) st = vkb_get_pipeline(D, "store_kivi_keys", spec, &wp->kivi_keys);
     if (!st && L->kivi) st = vkb_get_pipeline(D, "store_ring", spec, &wp->ring);
+    if (!st && L->key_bounds) st = vkb_get_pipeline(D, "store_bounds", spec, &wp->bounds);
     return st;
 }
 
@@ -243,6 +283,13 @@ static gokv_status write_chunk(vkb_device *D, vkb_pool *p, const gokv_layout *L,
         const uint64_t units = (L->kivi ? 0 : H * (uint64_t)L->d_k / unit) + (L->v_is_k_prefix ? 0 : H * (uint64_t)L->d_v / unit);
         const rows_push push = {(uint32_t)w.k_w, (uint32_t)w.v_w, (uint32_t)w.row_meta_w, (uint32_t)(w.meta_rows * units)};
         dispatch(&call, wp->rows, &push, sizeof push, w.meta_rows * units, wp->wg);
+    }
+    const uint64_t n_bounds = L->key_bounds ? fill_bounds_meta(L, d, r0, r1, up + w.bounds_meta_w) : 0;
+    if (n_bounds > 0) { /* after the keys are stored; the ring pass below reads nothing it writes */
+        vkb_cmd_barrier(&call);
+        const uint64_t items = n_bounds * H * (uint64_t)L->d_k / 2u;
+        const bounds_push push = {(uint32_t)w.bounds_meta_w, p->bounds_w, 0u, (uint32_t)items};
+        dispatch(&call, wp->bounds, &push, sizeof push, items, wp->wg);
     }
     if (c->ring_tokens > 0) {
         if (c->groups > 0) vkb_cmd_barrier(&call);

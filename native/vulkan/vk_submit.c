@@ -90,6 +90,13 @@ void vkb_cmd_dispatch(vkb_call *c, VkPipeline pipeline, const void *push, uint32
     vkCmdDispatch(c->cmd, gx, gy, gz);
 }
 
+void vkb_dispatch_linear(vkb_call *c, VkPipeline pipeline, const void *push, uint32_t push_bytes, uint64_t items,
+                         uint32_t wg) {
+    const uint64_t groups = (items + wg - 1) / wg;
+    const uint32_t gx = groups < 65535 ? (uint32_t)groups : 65535u;
+    if (gx) vkb_cmd_dispatch(c, pipeline, push, push_bytes, gx, (uint32_t)((groups + gx - 1) / gx), 1);
+}
+
 void vkb_cmd_barrier(vkb_call *c) {
     full_barrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                  VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,

@@ -83,6 +83,21 @@
     X(PUSH_UINT, n_k_items) /* rows * N_KV_HEADS * D_K */                                                    \
     X(PUSH_UINT, n_items)   /* n_k_items + (v_out ? rows * N_KV_HEADS * D_V : 0) */
 
+// store_bounds.comp
+#define GOKV_PUSH_STORE_BOUNDS(X)                                                                            \
+    X(PUSH_UINT, meta_w)    /* word offset in up: 3 words per record (page, first slot, end slot) */         \
+    X(PUSH_UINT, bounds_w)  /* first word of the key bounds in pages (after the pool's pages) */             \
+    X(PUSH_UINT, all_pages) /* 1: record r is page r, reset to "no key" (pool creation), up is not read */   \
+    X(PUSH_UINT, n_items)   /* records * N_KV_HEADS * D_K / 2 */
+
+// quest_score.comp
+#define GOKV_PUSH_QUEST_SCORE(X)                                                                             \
+    X(PUSH_UINT, n_items)   /* entries * N_KV_HEADS */                                                       \
+    X(PUSH_UINT, entry_w)   /* 2 words per page-table entry in up: page (NONE: scores -inf), query word */   \
+    X(PUSH_UINT, out_w)     /* B [entries][N_KV_HEADS] in down */                                            \
+    X(PUSH_UINT, bounds_w)  /* first word of the key bounds in pages */                                      \
+    X(PUSH_UINT, group)     /* query heads per kv head */
+
 #if defined(__STDC_VERSION__) || defined(__cplusplus)
 // C: the types; vk_internal.h makes the structs (VKB_PUSH_STRUCT)
 #define PUSH_UINT uint32_t
