@@ -63,7 +63,8 @@ __attribute__((target("avx2,fma,f16c"))) static float quest_bound_avx2(const flo
             const __m256 h = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hi + c)));
             for (int32_t g = 0; g < ng; g++) {
                 const __m256 qv = _mm256_loadu_ps(q + (size_t)(g0 + g) * dk + c);
-                acc[g] = _mm256_add_ps(acc[g], _mm256_max_ps(_mm256_mul_ps(qv, l), _mm256_mul_ps(qv, h)));
+                /* max(q lo, q hi) = q · (q < 0 ? lo : hi): blendv takes lo where q's sign bit is set */
+                acc[g] = _mm256_fmadd_ps(qv, _mm256_blendv_ps(h, l, qv), acc[g]);
             }
         }
         for (int32_t g = 0; g < ng; g++) {

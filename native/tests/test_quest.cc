@@ -4,7 +4,7 @@
  *
  * Every format x {MHA, GQA, MLA}, a batch of decode rows (sequences of 700, 200 and 1 tokens), parts:
  *   - select: under several (K, recent, sink tokens) settings, one with released pages, learned sinks and
- *     per-kv-head masks: (a) each page's bound B >= q_h·k (scale-free) for every key the page holds (from
+ *     per-kv-head masks, one with GOKV_ATTEND_FORCE_SCALAR: (a) each page's bound B >= q_h·k (scale-free) for every key the page holds (from
  *     gokv_pool_read) and every query head h of its kv head, and B matches the bound of the read-back keys'
  *     per-channel min and max rounded outward to fp16; released pages and pages with no key -inf; (b) the
  *     selection equals the top K of the bounds (ties to the older page) among the pages that are neither sink
@@ -279,12 +279,13 @@ TEST_P(Quest, MatchesReference) {
     if (p.part < 0 || p.part == P_SELECT) {
         struct Setting {
             int32_t pages, recent, sinks;
-            bool holes;
+            bool holes, scalar;
         };
-        for (const Setting st : {Setting{3, 0, 0, false}, Setting{2, 64, 4, false}, Setting{4, 100, 70, true},
-                                 Setting{1, 1, 1, false}}) {
+        for (const Setting st : {Setting{3, 0, 0, false, false}, Setting{2, 64, 4, false, false}, Setting{2, 64, 4, false, true},
+                                 Setting{4, 100, 70, true, false}, Setting{1, 1, 1, false, false}}) {
             AttnOpts o = base;
             o.n_sink_tokens = st.sinks;
+            if (st.scalar) o.flags |= GOKV_ATTEND_FORCE_SCALAR;
             std::vector<AttnSeq> ss = seqs;
             if (st.holes) {
                 ss[0].pages[2] = -1;
@@ -302,7 +303,7 @@ TEST_P(Quest, MatchesReference) {
             }
             check_quest(cache, ss, q, o, {st.pages, st.recent},
                         name + " K " + std::to_string(st.pages) + " recent " + std::to_string(st.recent) + " sinks " +
-                            std::to_string(st.sinks) + (st.holes ? " holes" : ""));
+                            std::to_string(st.sinks) + (st.holes ? " holes" : "") + (st.scalar ? " scalar" : ""));
         }
     }
     if (p.part < 0 || p.part == P_FULL) {
