@@ -8,6 +8,7 @@
 #include "../native/cpu/cpu_backend.c"
 #include "../native/cpu/store.c"
 #include "../native/cpu/attend.c"
+#include "../native/cpu/quest.c"
 #include "../native/cpu/baseline.c"
 #include "../native/cpu/roofline.c"
 #include "../native/cpu/kernels/scalar.c"

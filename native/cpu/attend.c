@@ -84,6 +84,7 @@ typedef struct attend_ctx {
     const gokv_layout *L;
     const cpu_pool *pool;
     const cpu_kernels *k;
+    const cpu_quest *quest; /* Quest's ranges per (sequence, kv head) (quest.c), NULL without quest_pages */
     int32_t G, rows_per_tile, nq_max;
     int values_ask_all; /* the values kernel asks for the next block-head's keys too (values_take_hint) */
     work_item *items;
@@ -140,6 +141,19 @@ static inline const uint32_t *head_mask(const gokv_attend_desc *d, int32_t seq, 
     const uint32_t *w = d->valid_mask + d->valid_indptr[seq];
     if (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) w += (size_t)h * (size_t)(((int64_t)d->kv_len[seq] + 31) >> 5);
     return w;
+}
+
+/* The token ranges kv head h of sequence seq reads for query rows at positions p0..p1: Quest's (quest.c), else
+ * the visible ranges (gokv_visible_ranges, into buf). */
+static inline int32_t item_segs(const attend_ctx *c, int32_t seq, int32_t h, int32_t p0, int32_t p1, seg buf[2],
+                                const seg **out) {
+    if (c->quest) {
+        const int64_t i = (int64_t)seq * c->L->n_kv_heads + h;
+        *out = c->quest->ranges + c->quest->off[i];
+        return c->quest->count[i];
+    }
+    *out = buf;
+    return gokv_visible_ranges(c->d, c->d->kv_len[seq], p0, p1, buf);
 }
 
 static inline int token_valid(const uint32_t *mask, int32_t t) {
@@ -567,10 +581,11 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
         for (int32_t i = 0; i < nq; i++) s->m[i] = -INFINITY, s->l[i] = 0.0f;
         memset(s->o, 0, (size_t)nq * dv * sizeof *s->o);
     }
-    /* walk this chunk of the concatenated visible ranges */
-    seg segs[2];
+    /* walk this chunk of the concatenated visible ranges (Quest: the kv head's own, one kv head per item) */
+    seg buf[2];
+    const seg *segs;
     const int32_t p0 = d->q_pos[it->seq] + it->row0, p1 = p0 + it->nrows - 1;
-    const int32_t n_segs = gokv_visible_ranges(d, d->kv_len[it->seq], p0, p1, segs);
+    const int32_t n_segs = item_segs(c, it->seq, it->kvh, p0, p1, buf, &segs);
     int32_t v = 0;
     for (int32_t s = 0; s < n_segs; s++) {
         const int32_t len = segs[s].hi - segs[s].lo;
@@ -775,8 +790,9 @@ static void mass_sums(const attend_ctx *c, const mass_unit *u, const mass_seq *m
         const int64_t nqc = (int64_t)ms->counted * G;
         const float *kept = c->store + ms->store + (int64_t)u->h * nqc * kv_len;
         for (int32_t i = 0; i < nqc; i++) lse[i] = query_lse(c, ms, u->seq, u->h, ms->first_q + i);
-        seg segs[2];
-        const int32_t n_segs = gokv_visible_ranges(d, kv_len, d->q_pos[u->seq], d->q_pos[u->seq] + ms->rows - 1, segs);
+        seg buf[2];
+        const seg *segs;
+        const int32_t n_segs = item_segs(c, u->seq, u->h, d->q_pos[u->seq], d->q_pos[u->seq] + ms->rows - 1, buf, &segs);
         for (int32_t sg = 0; sg < n_segs; sg++) {
             const int32_t lo = segs[sg].lo > u->t0 ? segs[sg].lo : u->t0, hi = segs[sg].hi < u->t1 ? segs[sg].hi : u->t1;
             for (int32_t t = lo; t < hi;) {
@@ -804,9 +820,10 @@ static void mass_sums(const attend_ctx *c, const mass_unit *u, const mass_seq *m
     const int32_t group_rows = c->nq_max / G;
     for (int32_t r0 = row_first; r0 < ms->rows; r0 += group_rows) {
         const int32_t nr = ms->rows - r0 < group_rows ? ms->rows - r0 : group_rows, nq = nr * G;
-        seg segs[2];
+        seg buf[2];
+        const seg *segs;
         const int32_t p0 = d->q_pos[u->seq] + r0;
-        const int32_t n_segs = gokv_visible_ranges(d, kv_len, p0, p0 + nr - 1, segs);
+        const int32_t n_segs = item_segs(c, u->seq, u->h, p0, p0 + nr - 1, buf, &segs);
         int any = 0;
         for (int32_t sg = 0; sg < n_segs; sg++) any |= segs[sg].lo < u->t1 && segs[sg].hi > u->t0;
         if (!any) continue;
@@ -826,14 +843,19 @@ static void finish_task(void *ctx_, int64_t index, int32_t worker) {
     else mass_unit_run(ctx_, index - c->n_reduce, worker);
 }
 
-/* Visible length of the tile of nrows query rows from row0 of sequence seq. */
-static int32_t tile_len(const gokv_attend_desc *d, int32_t seq, int32_t row0, int32_t nrows) {
-    seg segs[2];
-    const int32_t p0 = d->q_pos[seq] + row0;
-    const int32_t n = gokv_visible_ranges(d, d->kv_len[seq], p0, p0 + nrows - 1, segs);
-    int32_t len = 0;
-    for (int32_t s = 0; s < n; s++) len += segs[s].hi - segs[s].lo;
-    return len;
+/* Visible length of the tile of nrows query rows from row0 of sequence seq (Quest: its longest kv head's). */
+static int32_t tile_len(const attend_ctx *c, int32_t seq, int32_t row0, int32_t nrows) {
+    seg buf[2];
+    const seg *segs;
+    const int32_t p0 = c->d->q_pos[seq] + row0;
+    int32_t best = 0;
+    for (int32_t h = 0; h < (c->quest ? c->L->n_kv_heads : 1); h++) {
+        const int32_t n = item_segs(c, seq, h, p0, p0 + nrows - 1, buf, &segs);
+        int32_t len = 0;
+        for (int32_t s = 0; s < n; s++) len += segs[s].hi - segs[s].lo;
+        best = len > best ? len : best;
+    }
+    return best;
 }
 
 /* How a call's work is cut into items (cpu_attend): the decode rows of a sequence form one row tile and longer
@@ -857,14 +879,28 @@ static int32_t tile_chunks(int32_t len, int32_t chunk) {
  * its item starts are far apart, and a worker then reads its pages whole (at 128K that wins slightly over
  * splitting heads; at 4K splitting heads wins by ~10%). A chunk size given by the call is kept, with heads
  * halved while its chunks are too few. */
-static cut plan_cut(const gokv_attend_desc *d, const gokv_layout *L, int32_t n_workers, int32_t rows_per_tile) {
+static cut plan_cut(const attend_ctx *ctx, int32_t n_workers, int32_t rows_per_tile) {
+    const gokv_attend_desc *d = ctx->d;
+    const gokv_layout *L = ctx->L;
+    if (ctx->quest) { /* one kv head per item (each reads its own pages), cut by tokens while they are too few */
+        int64_t n_dec = 0, total = 0;
+        for (int32_t s = 0; s < d->n_seqs; s++)
+            if (d->q_indptr[s + 1] > d->q_indptr[s]) n_dec++, total += tile_len(ctx, s, 0, 1);
+        const int64_t want = (int64_t)ITEMS_PER_WORKER * n_workers, items = n_dec * L->n_kv_heads;
+        cut q = {1, d->chunk_size > 0 ? d->chunk_size : INT32_MAX};
+        if (d->chunk_size <= 0 && items > 0 && items < want) {
+            const int64_t per = (total * L->n_kv_heads / want + CPU_BLOCK - 1) / CPU_BLOCK * CPU_BLOCK;
+            q.chunk = per <= DEFAULT_CHUNK ? DEFAULT_CHUNK : per >= INT32_MAX ? INT32_MAX : (int32_t)per;
+        }
+        return q;
+    }
     int64_t n_pre = 0, n_dec = 0, total = 0, chunks = 0; /* prefill tiles, decode tiles, their tokens and chunks */
     for (int32_t s = 0; s < d->n_seqs; s++) {
         const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
         if (rows > SPLIT_MAX_ROWS) {
             n_pre += (rows + rows_per_tile - 1) / rows_per_tile;
         } else if (rows > 0) {
-            const int32_t len = tile_len(d, s, 0, rows);
+            const int32_t len = tile_len(ctx, s, 0, rows);
             n_dec++;
             total += len;
             if (d->chunk_size > 0) chunks += tile_chunks(len, d->chunk_size);
@@ -904,7 +940,7 @@ static plan make_plan(const attend_ctx *c, cut k) {
         const int32_t rt = split ? rows : c->rows_per_tile, heads = split ? k.hpi : 1;
         for (int32_t r0 = 0; r0 < rows; r0 += rt) {
             const int32_t nr = rows - r0 < rt ? rows - r0 : rt;
-            const int32_t len = tile_len(d, s, r0, nr), nc = split ? tile_chunks(len, k.chunk) : 1;
+            const int32_t len = tile_len(c, s, r0, nr), nc = split ? tile_chunks(len, k.chunk) : 1;
             const int64_t head_part = (int64_t)nr * c->G * (L->d_v + 2);
             for (int32_t h = 0; c->items && h < L->n_kv_heads; h++)
                 c->tiles[pl.n_tiles + h] = (tile){s, h, r0, nr, nc, pl.n_part + h * head_part};
@@ -964,7 +1000,18 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.values_ask_all = c.k->values_take_hint[cpu_row_enc(L->format)];
     c.rows_per_tile = PREFILL_TILE_VECTORS / c.G > 1 ? PREFILL_TILE_VECTORS / c.G : 1;
     const int32_t n_workers = cpu_threadpool_size(dev->tp);
-    const cut k = plan_cut(d, L, n_workers, c.rows_per_tile);
+    pthread_mutex_lock(&dev->mu);
+    cpu_quest quest;
+    if (d->quest_pages > 0) { /* Quest: the pages each kv head reads, chosen by their bounds alone, first */
+        const size_t qb = cpu_quest_bytes(d, L);
+        if (!cpu_buffer_reserve(&dev->quest_ws, &dev->quest_ws_bytes, qb)) {
+            pthread_mutex_unlock(&dev->mu);
+            return gokv_set_error(GOKV_ENOMEM, "gokv_attend: cannot allocate %zu bytes of Quest workspace", qb);
+        }
+        cpu_quest_plan(dev->tp, pool, L, d, c.k != cpu_kernels_get(GOKV_CPU_SCALAR), dev->quest_ws, &quest);
+        c.quest = &quest;
+    }
+    const cut k = plan_cut(&c, n_workers, c.rows_per_tile);
     const plan pl = make_plan(&c, k); /* counts */
     const mass_plan mp = d->mass ? plan_mass(&c) : (mass_plan){0, 0, 0};
     c.nq_max = pl.max_rows * c.G;
@@ -981,7 +1028,6 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     const size_t need = align_up((size_t)pl.n_tiles * sizeof(tile)) + align_up((size_t)pl.n_items * sizeof(work_item)) +
                         align_up((size_t)pl.n_part * sizeof(float)) + c.scratch_bytes * (size_t)n_workers + mass_bytes;
 
-    pthread_mutex_lock(&dev->mu);
     if (!cpu_buffer_reserve(&dev->ws, &dev->ws_bytes, need)) {
         pthread_mutex_unlock(&dev->mu);
         return gokv_set_error(GOKV_ENOMEM, "gokv_attend: cannot allocate %zu bytes of workspace", need);

@@ -180,7 +180,7 @@ static gokv_status cpu_device_info(void *impl, gokv_device_info *out) {
     out->n_threads = dev->n_threads;
     out->subgroup_size = level == GOKV_CPU_AVX512 ? 16 : level == GOKV_CPU_AVX2 ? 8 : level == GOKV_CPU_NEON ? 4 : 1;
     out->caps = GOKV_CAP_DECODE | GOKV_CAP_PREFILL | GOKV_CAP_LEARNED_SINKS | GOKV_CAP_WINDOW | GOKV_CAP_MLA |
-                GOKV_CAP_HOLES | GOKV_CAP_BASELINE | GOKV_CAP_MASS | GOKV_CAP_KV_HEAD_MASKS;
+                GOKV_CAP_HOLES | GOKV_CAP_BASELINE | GOKV_CAP_MASS | GOKV_CAP_KV_HEAD_MASKS | GOKV_CAP_QUEST;
     out->formats = (1u << GOKV_FORMAT_COUNT_) - 1u;
     const char *extra = "";
 #if defined(__x86_64__)

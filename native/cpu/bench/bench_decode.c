@@ -69,7 +69,7 @@ static int bench_setup(gokv_device *dev, bench_case *c, int32_t format, int32_t 
     c->n_pages = (S + BENCH_PAGE - 1) / BENCH_PAGE;
     const int quant = format >= GOKV_FORMAT_Q8;
     gokv_pool_desc pd = {sizeof pd, format, quant ? BENCH_G : 0, kivi ? BENCH_R : 0, BENCH_HKV, BENCH_D, BENCH_D, 0, BENCH_PAGE,
-                         c->n_pages, kivi ? 1 : 0};
+                         c->n_pages, kivi ? 1 : 0, 0};
     if (gokv_pool_create(dev, &pd, &c->pool) != GOKV_OK) return fprintf(stderr, "pool: %s\n", gokv_last_error()), 1;
     c->ids = malloc(sizeof(int32_t) * c->n_pages);
     for (int32_t i = 0; i < c->n_pages; i++) c->ids[i] = i;
@@ -106,7 +106,7 @@ static double bench_time_mass(gokv_device *dev, bench_case *c, uint32_t flags, i
     const int kivi = c->format == GOKV_FORMAT_KIVI2 || c->format == GOKV_FORMAT_KIVI4;
     gokv_attend_desc ad = {sizeof ad, c->pool, 1, c->q_ind, c->p_ind, c->ids, &c->S, &c->qpos,
                            kivi ? &c->slot : NULL, NULL, NULL, BENCH_HQ, c->q, c->out,
-                           1.0f / sqrtf((float)BENCH_D), NULL, 4, 0, 0, flags, mass, 0};
+                           1.0f / sqrtf((float)BENCH_D), NULL, 4, 0, 0, flags, mass, 0, 0, 0, NULL, NULL};
     double t[64];
     if (reps > 64) reps = 64;
     if (gokv_attend(dev, &ad) != GOKV_OK) {
