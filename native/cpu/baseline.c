@@ -52,7 +52,7 @@ gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, c
                                         const gokv_attend_desc *d) {
     const int64_t n_pages = d->page_indptr[d->n_seqs];
     gokv_pool_desc fd = {sizeof fd, GOKV_FORMAT_F32, 0, 0, L->n_kv_heads, L->d_k, L->d_v, 0, L->page_size,
-                         n_pages > 0 ? (int32_t)n_pages : 1, 0};
+                         n_pages > 0 ? (int32_t)n_pages : 1, 0, 0};
     gokv_layout F;
     gokv_layout_init(&F, &fd);
     const int32_t workers = cpu_threadpool_size(dev->tp);
