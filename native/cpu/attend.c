@@ -8,7 +8,9 @@
  * (gokv_layout.h) that reads a page's part for the group front to back, while software prefetch asks for
  * the next block-head ahead. The tokens a tile can see are at most two ranges: the sink tokens
  * [0, n_sink) and the window (p0 - W, p1] (or simply [0, p1] without a window); tokens outside them are never
- * read, which is what makes sliding-window layers cheap. Those ranges are laid end to end and, when kv heads
+ * read, which is what makes sliding-window layers cheap. Under Quest an item takes one kv head and its own
+ * ranges instead: the pages quest.c chose for that head, the sink and recent pages, the KIVI ring
+ * (item_segs). Those ranges are laid end to end and, when kv heads
  * alone give too few items, cut into chunks of C tokens (split-K): each chunk keeps an online softmax state
  * (m, l, o) per query vector; a reduce pass combines chunks:
  *     M = max(max_c m_c, σ),   out = Σ_c e^(m_c - M) o_c / (Σ_c e^(m_c - M) l_c + e^(σ - M)).
