@@ -321,6 +321,12 @@ size_t mass_size(const PoolCfg &c, const std::vector<AttnSeq> &seqs) {
 
 gokv_status attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const std::vector<AttnSeq> &seqs,
                    const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out, std::vector<float> *mass) {
+    return attend_edited(dev, pool, c, seqs, q, o, out, mass, [](gokv_attend_desc &) {});
+}
+
+gokv_status attend_edited(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const std::vector<AttnSeq> &seqs,
+                          const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out,
+                          std::vector<float> *mass, const std::function<void(gokv_attend_desc &)> &edit) {
     const bool per_head = (o.flags & GOKV_ATTEND_MASK_PER_KV_HEAD) != 0;
     std::vector<int32_t> qind{0}, pind{0}, pids, kvl, qpos, slots, vind{0};
     std::vector<uint32_t> mask;
@@ -369,6 +375,7 @@ gokv_status attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const st
         a.mass = mass->data();
         a.mass_rows = o.mass_rows;
     }
+    edit(a);
     return gokv_attend(dev, &a);
 }
 

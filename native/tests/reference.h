@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -163,6 +164,11 @@ float eff_scale(const PoolCfg &c, const AttnOpts &o);
 gokv_status attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const std::vector<AttnSeq> &seqs,
                    const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out,
                    std::vector<float> *mass = nullptr);
+/* The same, with edit(desc) called on the filled descriptor just before gokv_attend: for the fields a test
+ * sets beyond AttnOpts (Quest's). */
+gokv_status attend_edited(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const std::vector<AttnSeq> &seqs,
+                          const std::vector<float> &q, const AttnOpts &o, std::vector<float> &out,
+                          std::vector<float> *mass, const std::function<void(gokv_attend_desc &)> &edit);
 
 /* The float64 reference of docs/architecture.md §5 over the AttnSeqs' K/V; n_visible[row*Hq+h] counts visible
  * tokens. ref_visible: whether a query at position p of kv head kvh sees token t (kvh matters with per-kv-head

@@ -62,62 +62,20 @@ struct QuestOut {
 /* gokv_attend with Quest: one decode row per sequence. */
 gokv_status quest_attend(gokv_device *dev, gokv_pool *pool, const PoolCfg &c, const std::vector<AttnSeq> &seqs,
                          const std::vector<float> &q, const AttnOpts &o, const QuestOpts &qo, QuestOut &r) {
-    const bool per_head = (o.flags & GOKV_ATTEND_MASK_PER_KV_HEAD) != 0;
-    std::vector<int32_t> qind{0}, pind{0}, pids, kvl, qpos, slots, vind{0};
-    std::vector<uint32_t> mask;
-    bool any_mask = false;
-    for (const auto &s : seqs) any_mask = any_mask || !s.mask.empty();
-    for (const auto &s : seqs) {
-        qind.push_back(qind.back() + s.n_rows);
-        pids.insert(pids.end(), s.pages.begin(), s.pages.end());
-        pind.push_back((int32_t)pids.size());
-        kvl.push_back(s.kv_len);
-        qpos.push_back(s.q_pos);
-        slots.push_back(s.slot);
-        if (any_mask) {
-            if (s.mask.empty())
-                mask.insert(mask.end(), (size_t)((s.kv_len + 31) / 32) * (per_head ? (size_t)c.n_kv_heads : 1u), 0xffffffffu);
-            else
-                mask.insert(mask.end(), s.mask.begin(), s.mask.end());
-            vind.push_back((int32_t)mask.size());
-        }
-    }
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    r.out.assign((size_t)qind.back() * (size_t)o.n_heads_q * (size_t)c.d_v, nan);
-    r.bounds.assign(pids.size() * (size_t)c.n_kv_heads, nan);
+    size_t n_entries = 0;
+    for (const auto &s : seqs) n_entries += s.pages.size();
+    r.bounds.assign(n_entries * (size_t)c.n_kv_heads, std::numeric_limits<float>::quiet_NaN());
     r.selected.assign(seqs.size() * (size_t)c.n_kv_heads * (size_t)qo.pages, -7);
-    gokv_attend_desc a;
-    std::memset(&a, 0, sizeof a);
-    a.struct_size = sizeof a;
-    a.pool = pool;
-    a.n_seqs = (int32_t)seqs.size();
-    a.q_indptr = qind.data();
-    a.page_indptr = pind.data();
-    a.page_ids = pids.data();
-    a.kv_len = kvl.data();
-    a.q_pos = qpos.data();
-    a.residual_slot = c.kivi() ? slots.data() : nullptr;
-    a.valid_mask = any_mask ? mask.data() : nullptr;
-    a.valid_indptr = any_mask ? vind.data() : nullptr;
-    a.n_heads_q = o.n_heads_q;
-    a.q = q.data();
-    a.out = r.out.data();
-    a.scale = eff_scale(c, o);
-    a.sink_logits = o.sinks.empty() ? nullptr : o.sinks.data();
-    a.n_sink_tokens = o.n_sink_tokens;
-    a.window = o.window;
-    a.chunk_size = o.chunk;
-    a.flags = o.flags;
-    a.quest_pages = qo.pages;
-    a.quest_recent = qo.recent;
-    a.quest_bounds = r.bounds.data();
-    a.quest_selected = r.selected.data();
+    AttnOpts om = o;
+    om.mass = dut_has_caps(GOKV_CAP_MASS);
+    om.mass_rows = 0;
     r.mass.clear();
-    if (dut_has_caps(GOKV_CAP_MASS)) {
-        r.mass.assign(mass_size(c, seqs), nan);
-        a.mass = r.mass.data();
-    }
-    return gokv_attend(dev, &a);
+    return attend_edited(dev, pool, c, seqs, q, om, r.out, om.mass ? &r.mass : nullptr, [&](gokv_attend_desc &a) {
+        a.quest_pages = qo.pages;
+        a.quest_recent = qo.recent;
+        a.quest_bounds = r.bounds.data();
+        a.quest_selected = r.selected.data();
+    });
 }
 
 uint16_t half_down(float x) {
