@@ -197,8 +197,8 @@ func TestDeviceInfoCapabilities(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []FormatKind{F32, F16, Q8, Q4, KIVI2, KIVI4}, info.Formats)
 	assert.True(t, info.Supports(KIVI2))
-	// Mass and KVHeadMasks arrive with the CPU kernels that compute them; the rest is always there.
+	// The CPU backend has every capability.
 	assert.Equal(t, DeviceCaps{Decode: true, Prefill: true, LearnedSinks: true, Window: true, MLA: true, Holes: true, Baseline: true,
-		Mass: info.Caps.Mass, KVHeadMasks: info.Caps.KVHeadMasks}, info.Caps)
+		Mass: true, KVHeadMasks: true, Quest: true}, info.Caps)
 	assert.False(t, DeviceInfo{Formats: []FormatKind{F16}}.Supports(Q4))
 }
