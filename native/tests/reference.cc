@@ -193,6 +193,23 @@ gokv_status append1(gokv_pool *pool, const PoolCfg &c, Seq &s, const std::vector
     return append(pool, c, {&s}, {k}, {v});
 }
 
+gokv_read_desc one_seq_read(const int32_t *tok, const int32_t *pind, const int32_t *pids, const int32_t *kv_len,
+                            const int32_t *start, const int32_t *slot, float *k, float *v) {
+    gokv_read_desc r;
+    std::memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    r.n_seqs = 1;
+    r.tok_indptr = tok;
+    r.page_indptr = pind;
+    r.page_ids = pids;
+    r.kv_len = kv_len;
+    r.start_pos = start;
+    r.residual_slot = slot;
+    r.k_out = k;
+    r.v_out = v;
+    return r;
+}
+
 gokv_status read_seq(gokv_pool *pool, const PoolCfg &c, const Seq &s, std::vector<float> &k, std::vector<float> &v,
                      int32_t start) {
     const int32_t n = s.len - start;
@@ -202,18 +219,8 @@ gokv_status read_seq(gokv_pool *pool, const PoolCfg &c, const Seq &s, std::vecto
     std::vector<int32_t> tok{0, n}, pind{0}, pids = s.table(s.len, c.page_size);
     pind.push_back((int32_t)pids.size());
     int32_t kv_len = s.len, slot = s.slot;
-    gokv_read_desc r;
-    std::memset(&r, 0, sizeof r);
-    r.struct_size = sizeof r;
-    r.n_seqs = 1;
-    r.tok_indptr = tok.data();
-    r.page_indptr = pind.data();
-    r.page_ids = pids.data();
-    r.kv_len = &kv_len;
-    r.start_pos = &start;
-    r.residual_slot = c.kivi() ? &slot : nullptr;
-    r.k_out = k.data();
-    r.v_out = c.v_is_k_prefix ? nullptr : v.data();
+    gokv_read_desc r = one_seq_read(tok.data(), pind.data(), pids.data(), &kv_len, &start, c.kivi() ? &slot : nullptr,
+                                    k.data(), c.v_is_k_prefix ? nullptr : v.data());
     gokv_status st = gokv_pool_read(pool, &r);
     if (st == GOKV_OK && c.v_is_k_prefix) {
         for (size_t t = 0; t < (size_t)n * (size_t)c.n_kv_heads; t++)

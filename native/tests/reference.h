@@ -106,6 +106,10 @@ gokv_status append(gokv_pool *pool, const PoolCfg &c, const std::vector<Seq *> &
 gokv_status append1(gokv_pool *pool, const PoolCfg &c, Seq &s, const std::vector<float> &k,
                     const std::vector<float> &v);
 /* Reads tokens [start, s.len) of s as the kernels see them; for MLA pools v is the d_v prefix of k. */
+/* A read descriptor of one sequence: rows tok[0]..tok[1], its page table pids (pind = {0, size}), slot NULL
+ * for formats without a ring. The pointed-to values must outlive the call it is used in. */
+gokv_read_desc one_seq_read(const int32_t *tok, const int32_t *pind, const int32_t *pids, const int32_t *kv_len,
+                            const int32_t *start, const int32_t *slot, float *k, float *v);
 gokv_status read_seq(gokv_pool *pool, const PoolCfg &c, const Seq &s, std::vector<float> &k, std::vector<float> &v,
                      int32_t start = 0);
 

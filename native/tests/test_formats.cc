@@ -247,18 +247,8 @@ TEST_P(Read, ReleasedPagesReadAsZeros) {
         std::vector<float> k((size_t)s.len * kr, 123.0f), v((size_t)s.len * vr, 123.0f);
         std::vector<int32_t> tok{0, s.len}, pind{0, (int32_t)table.size()};
         int32_t kv_len = s.len, start = 0, slot = s.slot;
-        gokv_read_desc r;
-        std::memset(&r, 0, sizeof r);
-        r.struct_size = sizeof r;
-        r.n_seqs = 1;
-        r.tok_indptr = tok.data();
-        r.page_indptr = pind.data();
-        r.page_ids = table.data();
-        r.kv_len = &kv_len;
-        r.start_pos = &start;
-        r.residual_slot = cache.cfg.kivi() ? &slot : nullptr;
-        r.k_out = k.data();
-        r.v_out = v.data();
+        gokv_read_desc r = one_seq_read(tok.data(), pind.data(), table.data(), &kv_len, &start,
+                                        cache.cfg.kivi() ? &slot : nullptr, k.data(), v.data());
         ASSERT_EQ(gokv_pool_read(cache.pool.get(), &r), GOKV_OK) << cache.cfg.name() << ": " << gokv_last_error();
         for (int32_t t = 0; t < s.len; t++) {
             const bool released = t / c.page_size == 1;

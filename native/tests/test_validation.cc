@@ -390,19 +390,8 @@ TEST_P(CallValidation, ReadRejects) {
         pind.push_back((int32_t)pids.size());
         int32_t kv_len = s.len, start = 0, slot = s.slot;
         auto make = [&]() {
-            gokv_read_desc r;
-            std::memset(&r, 0, sizeof r);
-            r.struct_size = sizeof r;
-            r.n_seqs = 1;
-            r.tok_indptr = tok.data();
-            r.page_indptr = pind.data();
-            r.page_ids = pids.data();
-            r.kv_len = &kv_len;
-            r.start_pos = &start;
-            r.residual_slot = c.cfg.kivi() ? &slot : nullptr;
-            r.k_out = k.data();
-            r.v_out = v.data();
-            return r;
+            return one_seq_read(tok.data(), pind.data(), pids.data(), &kv_len, &start, c.cfg.kivi() ? &slot : nullptr,
+                                k.data(), v.data());
         };
         gokv_read_desc r = make();
         ASSERT_EQ(gokv_pool_read(c.pool.get(), &r), GOKV_OK) << gokv_last_error();
