@@ -199,6 +199,42 @@ typedef struct gokv_copy_desc {
 } gokv_copy_desc;
 gokv_status gokv_pool_copy(gokv_pool *pool, const gokv_copy_desc *desc);
 
+/*
+ * Moves token rows between pages as stored, byte for byte, with no requantization (compaction after
+ * per-kv-head eviction, docs/architecture.md §6): for each i, kv head kv_heads[i]'s key and value rows
+ * (codes, scales and biases) of slot src_slots[i] of page src_pages[i] are copied into slot dst_slots[i] of
+ * page dst_pages[i]. Only formats whose rows lie within a token: f32, f16, q8, q4 (KIVI keys are grouped
+ * per channel across tokens, and pools with key_bounds keep every token: both GOKV_ENOTSUP). Pages in
+ * range and >= 0, slots in [0, P), heads in [0, n_kv_heads); the destinations (page, slot, head) are
+ * distinct and no destination page is a source page, so the order of the rows does not matter. Rows of
+ * a destination page that no entry names keep their bytes. A call rejected by validation writes nothing;
+ * a device failure while writing may leave destination pages part-written, never a source page.
+ */
+typedef struct gokv_gather_desc {
+    uint32_t struct_size;     /* sizeof(gokv_gather_desc) */
+    int32_t n_rows;           /* >= 0 */
+    const int32_t *src_pages; /* [n_rows] */
+    const int32_t *src_slots;
+    const int32_t *dst_pages;
+    const int32_t *dst_slots;
+    const int32_t *kv_heads;
+} gokv_gather_desc;
+gokv_status gokv_pool_gather_rows(gokv_pool *pool, const gokv_gather_desc *desc);
+
+/*
+ * Writes page `page` as stored (gokv_layout.h): n_bytes == the pool's page bytes, exactly what
+ * gokv_pool_page_bytes returns (saved caches load through it; no requantization). The bytes are checked
+ * before anything is written: every fp16 scale and bias and every f32/f16 element of the first n_tokens
+ * slots must be finite (the error names the kv head, the slot and the section). n_tokens in [0, P] is how
+ * many leading slots hold tokens (KIVI: tokens quantized into the page, a multiple of g); in a pool with
+ * key_bounds the page's bounds are recomputed from the stored keys of those slots, as writes of them
+ * would have left them. gokv_pool_set_slot_bytes writes KIVI residual slot `slot` (its ring bytes, every
+ * fp16 finite). Optional per backend (GOKV_ENOTSUP naming it).
+ */
+gokv_status gokv_pool_set_page_bytes(gokv_pool *pool, int32_t page, const void *bytes, uint64_t n_bytes,
+                                     int32_t n_tokens);
+gokv_status gokv_pool_set_slot_bytes(gokv_pool *pool, int32_t slot, const void *bytes, uint64_t n_bytes);
+
 /* ---- attention (docs/architecture.md §5) ---- */
 enum {
     /* Use the dequantize-then-attend baseline (materializes f32 K/V, then attends): benchmarks only. The

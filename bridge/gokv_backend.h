@@ -41,6 +41,12 @@ typedef struct gokv_backend {
      * L->ring_bytes bytes to out. */
     gokv_status (*page_bytes)(void *dev, void *pool, const gokv_layout *L, int32_t page, void *out);
     gokv_status (*slot_bytes)(void *dev, void *pool, const gokv_layout *L, int32_t slot, void *out);
+    /* Writes page `page` as stored (validated: in range, bytes checked finite, n_tokens in [0, P] and a
+     * multiple of g for KIVI); with key_bounds, recomputes the page's bounds from slots [0, n_tokens).
+     * The core's gokv_pool_gather_rows is built on page_bytes + set_page_bytes (no slot of its own). */
+    gokv_status (*set_page_bytes)(void *dev, void *pool, const gokv_layout *L, int32_t page, const void *bytes,
+                                  int32_t n_tokens);
+    gokv_status (*set_slot_bytes)(void *dev, void *pool, const gokv_layout *L, int32_t slot, const void *bytes);
     /* Fills read_gbps, peak_gflops and method (bytes: 0 or >= 1 MiB). */
     gokv_status (*measure)(void *dev, uint64_t bytes, gokv_device_ceilings *out);
     /* Arms (code != 0) or disarms site GOKV_FAULT_* for every device of the backend. */
