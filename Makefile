@@ -66,7 +66,7 @@ ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_RUN ?= qemu-aarch64
 ARM64_DIR := $(OUT)/arm64
 CPU_CHECK_SOURCES := native/cpu/bench/check_simd.c bridge/gokv_core.c bridge/gokv_layout.c bridge/gokv_validate.c \
-                     bridge/gokv_unity.c
+                     bridge/gokv_pages.c bridge/gokv_unity.c
 native-arm64:
 	@if [ "$$(uname -m)" != x86_64 ]; then echo "native-arm64: not an x86-64 host, skipped"; \
 	elif ! command -v $(ARM64_CC) >/dev/null || ! command -v $(ARM64_RUN) >/dev/null; then \

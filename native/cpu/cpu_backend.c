@@ -281,6 +281,12 @@ static gokv_status cpu_slot_bytes(void *dev, void *impl, const gokv_layout *L, i
     return GOKV_OK;
 }
 
+/* Pages and rings written as stored (store.c). Declared here rather than in cpu_internal.h beside the other
+ * ops because only this table uses them. */
+gokv_status cpu_pool_set_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, const void *bytes,
+                                    int32_t n_tokens);
+gokv_status cpu_pool_set_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, const void *bytes);
+
 /* The ceilings of docs/architecture.md §9 with the device's threads (roofline.c). */
 static gokv_status cpu_measure(void *impl, uint64_t bytes, gokv_device_ceilings *out) {
     const cpu_device *dev = impl;
@@ -307,6 +313,8 @@ static const gokv_backend g_cpu_backend = {
     .attend = cpu_attend,
     .page_bytes = cpu_page_bytes,
     .slot_bytes = cpu_slot_bytes,
+    .set_page_bytes = cpu_pool_set_page_bytes,
+    .set_slot_bytes = cpu_pool_set_slot_bytes,
     .measure = cpu_measure,
 };
 

@@ -63,6 +63,37 @@ static void bounds_token(cpu_pool *p, const gokv_layout *L, int32_t id, int32_t 
     }
 }
 
+/* After KIVI key group j of page id was quantized: its keys as stored, q·s + b as gokv_pool_read reads them,
+ * widen the page's bounds (group 0 starts them afresh). */
+static void bounds_kivi_group(cpu_pool *p, const gokv_layout *L, int32_t id, int32_t j) {
+    uint16_t *b = cpu_bounds(p, L, id);
+    if (j == 0) cpu_bounds_reset(L, b);
+    const int32_t g = L->group, bytes = g * L->bits / 8;
+    float x[128];
+    for (int32_t h = 0; h < L->n_kv_heads; h++) {
+        const cpu_chan ch = cpu_page_chan(L, cpu_page(p, L, id), h, j);
+        for (int32_t c = 0; c < L->d_k; c++) {
+            const float s = gokv_half_to_float(ch.scale[c]), bias = gokv_half_to_float(ch.bias[c]);
+            for (int32_t t = 0; t < g; t++) {
+                const uint8_t byte = ch.codes[(size_t)c * bytes + (size_t)(t * L->bits / 8)];
+                const uint32_t q = (byte >> ((t * L->bits) % 8)) & ((1u << L->bits) - 1u);
+                x[t] = (float)q * s + bias;
+            }
+            bounds_widen(L, b, h, c, x, g);
+        }
+    }
+}
+
+/* Page id's bounds as writes of its slots [0, n_tokens) in order would have left them (gokv_pool_set_page_bytes). */
+static void bounds_recompute(cpu_pool *p, const gokv_layout *L, int32_t id, int32_t n_tokens) {
+    cpu_bounds_reset(L, cpu_bounds(p, L, id));
+    if (L->kivi) {
+        for (int32_t j = 0; j < n_tokens / L->group; j++) bounds_kivi_group(p, L, id, j);
+        return;
+    }
+    for (int32_t t = 0; t < n_tokens; t++) bounds_token(p, L, id, t);
+}
+
 /* Quantizes n values (stride apart) into codes q[0..n) with fp16 scale and bias. */
 static void quantize_group(const float *x, size_t stride, int32_t n, int32_t bits, uint16_t *s16, uint16_t *b16,
                            uint8_t *q) {
@@ -154,8 +185,6 @@ static void kivi_flush_group(cpu_pool *p, const gokv_layout *L, const int32_t *i
     const int32_t slot0 = t0 % P, j = slot0 / g;
     float x[1024];
     uint8_t q[128];
-    uint16_t *bounds = L->key_bounds ? cpu_bounds(p, L, ids[t0 / P]) : NULL;
-    if (bounds && slot0 == 0) cpu_bounds_reset(L, bounds);
     for (int32_t h = 0; h < H; h++) {
         cpu_chan ch = cpu_page_chan(L, page, h, j);
         for (int32_t c = 0; c < L->d_k; c++) {
@@ -165,11 +194,6 @@ static void kivi_flush_group(cpu_pool *p, const gokv_layout *L, const int32_t *i
             }
             quantize_group(x, 1, g, L->bits, (uint16_t *)&ch.scale[c], (uint16_t *)&ch.bias[c], q);
             pack_codes(q, g, L->bits, (uint8_t *)ch.codes + (size_t)c * (size_t)(g * L->bits / 8));
-            if (bounds) { /* the keys as stored: q·s + b, as gokv_pool_read reads them */
-                const float s = gokv_half_to_float(ch.scale[c]), b = gokv_half_to_float(ch.bias[c]);
-                for (int32_t t = 0; t < g; t++) x[t] = (float)q[t] * s + b;
-                bounds_widen(L, bounds, h, c, x, g);
-            }
         }
         if (L->v_is_k_prefix) continue;
         for (int32_t t = 0; t < g; t++) {
@@ -180,6 +204,7 @@ static void kivi_flush_group(cpu_pool *p, const gokv_layout *L, const int32_t *i
             store_row(L, x, L->d_v, (uint8_t *)r.codes, (uint16_t *)r.scale, (uint16_t *)r.bias);
         }
     }
+    if (L->key_bounds) bounds_kivi_group(p, L, ids[t0 / P], j);
 }
 
 typedef struct write_ctx {
@@ -293,5 +318,21 @@ gokv_status cpu_pool_copy(void *dev, void *pool_, const gokv_layout *L, const go
     }
     for (int32_t i = 0; i < d->n_slots; i++)
         memcpy(cpu_ring(p, L, d->dst_slots[i]), cpu_ring(p, L, d->src_slots[i]), L->ring_bytes);
+    return GOKV_OK;
+}
+
+/* A page or ring as stored (validated by the core: in range, its bytes finite where they hold tokens); with
+ * key_bounds the page's bounds are rebuilt from its first n_tokens slots. */
+gokv_status cpu_pool_set_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, const void *bytes,
+                                    int32_t n_tokens) {
+    (void)dev;
+    memcpy(cpu_page_mut(pool, L, page), bytes, L->page_bytes);
+    if (L->key_bounds) bounds_recompute(pool, L, page, n_tokens);
+    return GOKV_OK;
+}
+
+gokv_status cpu_pool_set_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, const void *bytes) {
+    (void)dev;
+    memcpy(cpu_ring(pool, L, slot), bytes, L->ring_bytes);
     return GOKV_OK;
 }

@@ -351,6 +351,18 @@ void expect_read_parity(const Pair &p, const std::string &what) {
 
 bool dut_has_caps(uint32_t caps) { return (device_info(dut()).caps & caps) == caps; }
 
+bool dut_sets_page_bytes() {
+    PoolCfg c;
+    c.n_pages = 1;
+    PoolPtr pool = make_pool(dut(), c);
+    if (!pool) return false;
+    const std::vector<uint8_t> zeros(gokv_pool_layout(pool.get())->page_bytes, 0);
+    const gokv_status st = gokv_pool_set_page_bytes(pool.get(), 0, zeros.data(), zeros.size(), 0);
+    EXPECT_TRUE(st == GOKV_OK || st == GOKV_ENOTSUP) << "gokv_pool_set_page_bytes probe: " << gokv_status_name(st)
+                                                     << ": " << gokv_last_error();
+    return st == GOKV_OK;
+}
+
 gokv_device_info device_info(gokv_device *dev) {
     gokv_device_info info;
     std::memset(&info, 0, sizeof info);

@@ -186,6 +186,10 @@ void expect_seq_parity(gokv_pool *cpu_pool, const PoolCfg &c, const Seq &s, int3
                        const std::vector<float> &vv, const std::vector<float> &kc, const std::vector<float> &vc,
                        const std::string &what);
 
+/* Whether the backend under test writes pages as stored (its optional set_page_bytes slot; probed on a small
+ * pool of its own): gokv_pool_set_page_bytes, and the core's gokv_pool_gather_rows built on it. */
+bool dut_sets_page_bytes();
+
 /* A gokv_device_info of dev (test failure if the call fails). */
 gokv_device_info device_info(gokv_device *dev);
 
