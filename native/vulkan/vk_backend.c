@@ -3,7 +3,7 @@
  * and the mapping of Vulkan errors to statuses. The module's files: vk_instance.c (instance, validation
  * messages, device selection and tuning, device open, close and info), vk_memory.c (buffers), vk_pipeline.c
  * (the pipeline cache: embedded SPIR-V specialized per pool layout), vk_submit.c (one call's command
- * recording and submission), vk_pool.c (page pools, page copies and page bytes), vk_store.c (write, read),
+ * recording and submission), vk_pool.c (page pools, page copies, page bytes read and written), vk_store.c (write, read),
  * vk_attend.c (attention), vk_bench.c (measurements); vk_internal.h declares what crosses them.
  *
  * Choices:
@@ -92,6 +92,8 @@ static const gokv_backend g_vulkan_backend = {
     .attend = vkb_attend,
     .page_bytes = vkb_page_bytes,
     .slot_bytes = vkb_slot_bytes,
+    .set_page_bytes = vkb_set_page_bytes,
+    .set_slot_bytes = vkb_set_slot_bytes,
     .measure = vkb_measure,
     .inject_fault = inject_fault,
 };

@@ -247,12 +247,16 @@ void vkb_cmd_barrier(vkb_call *c);
 gokv_status vkb_call_submit(vkb_call *c, const char *op);
 void vkb_call_end(vkb_call *c);
 
-/* ---- vk_pool.c: backend slots pool_create, pool_destroy, pool_copy, page_bytes, slot_bytes ---- */
+/* ---- vk_pool.c: backend slots pool_create, pool_destroy, pool_copy, page_bytes, slot_bytes, set_page_bytes,
+ * set_slot_bytes ---- */
 gokv_status vkb_pool_create(void *dev, const gokv_pool_desc *desc, const gokv_layout *L, void **impl);
 void vkb_pool_destroy(void *dev, void *pool);
 gokv_status vkb_pool_copy(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *desc);
 gokv_status vkb_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, void *out);
 gokv_status vkb_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, void *out);
+gokv_status vkb_set_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, const void *bytes,
+                               int32_t n_tokens);
+gokv_status vkb_set_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, const void *bytes);
 
 /* ---- vk_bench.c: measurements for gokv bench ---- */
 

@@ -2,13 +2,15 @@
  * vk_pool.c: page pools (one device-local buffer of pages and one of KIVI rings, zero-filled at creation; with
  * key_bounds the pages' Quest key bounds follow the pages in the first buffer, set to "no key" at creation by
  * store_bounds.comp and copied with their pages) and the backend slots pool_create, pool_destroy, pool_copy,
- * page_bytes and slot_bytes.
+ * page_bytes, slot_bytes, set_page_bytes and set_slot_bytes.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 
 #include "vk_internal.h"
+
+VKB_PUSH_STRUCT(bounds_push, GOKV_PUSH_STORE_BOUNDS); /* store_bounds */
 
 /* ---- pools ---- */
 
@@ -64,8 +66,8 @@ gokv_status vkb_pool_create(void *dev_, const gokv_pool_desc *desc, const gokv_l
         if (bounds_pl) { /* every page's bounds: "no key yet" (min = +inf, max = -inf) */
             vkb_cmd_barrier(&c);
             const uint64_t items = (uint64_t)desc->n_pages * (uint64_t)L->n_kv_heads * (uint64_t)L->d_k / 2u;
-            const uint32_t push[4] = {0, p->bounds_w, 1u, (uint32_t)items};
-            vkb_dispatch_linear(&c, bounds_pl, push, sizeof push, items, p->spec[VKB_SPEC_WG_SIZE]);
+            const bounds_push push = {0, p->bounds_w, 1u, (uint32_t)items};
+            vkb_dispatch_linear(&c, bounds_pl, &push, sizeof push, items, p->spec[VKB_SPEC_WG_SIZE]);
         }
         st = vkb_call_submit(&c, op);
         vkb_call_end(&c);
@@ -137,4 +139,55 @@ gokv_status vkb_page_bytes(void *dev_, void *pool_, const gokv_layout *L, int32_
 gokv_status vkb_slot_bytes(void *dev_, void *pool_, const gokv_layout *L, int32_t slot, void *out) {
     vkb_pool *p = pool_;
     return download(dev_, p, p->ring.buf, (uint64_t)slot * L->ring_bytes, L->ring_bytes, out, "gokv_pool_slot_bytes");
+}
+
+/* Backend slots set_page_bytes and set_slot_bytes: the bytes (validated by the core) go through the upload
+ * buffer into the pool. With key_bounds, store_bounds.comp then recomputes the page's bounds from the stored
+ * keys of slots [0, n_tokens) as one record (page, 0, n_tokens): it starts afresh at slot 0, and since its
+ * outward rounding is monotone, one record over the slots rounds to the same fp16 bounds as the writes that
+ * filled them piece by piece would have; n_tokens == 0 leaves "no key" (min = +inf, max = -inf). */
+gokv_status vkb_set_page_bytes(void *dev_, void *pool_, const gokv_layout *L, int32_t page, const void *bytes,
+                               int32_t n_tokens) {
+    vkb_device *d = dev_;
+    vkb_pool *p = pool_;
+    const char *op = "gokv_pool_set_page_bytes";
+    VkPipeline bounds_pl = VK_NULL_HANDLE;
+    if (L->key_bounds) {
+        gokv_status st = vkb_get_pipeline(d, "store_bounds", p->spec, &bounds_pl);
+        if (st) return st;
+    }
+    const uint64_t meta_w = (L->page_bytes + 3u) / 4u;
+    vkb_call c;
+    gokv_status st = vkb_call_begin(d, p, (meta_w + 3u) * 4u, 0, 0, &c);
+    if (st) return st;
+    memcpy(c.up, bytes, L->page_bytes);
+    const VkBufferCopy region = {.srcOffset = 0, .dstOffset = (VkDeviceSize)page * L->page_bytes, .size = L->page_bytes};
+    vkCmdCopyBuffer(c.cmd, d->up.buf, p->pages.buf, 1, &region);
+    if (bounds_pl) {
+        uint32_t *meta = (uint32_t *)c.up + meta_w;
+        meta[0] = (uint32_t)page;
+        meta[1] = 0u;
+        meta[2] = (uint32_t)n_tokens;
+        vkb_cmd_barrier(&c);
+        const uint64_t items = (uint64_t)L->n_kv_heads * (uint64_t)L->d_k / 2u;
+        const bounds_push push = {(uint32_t)meta_w, p->bounds_w, 0u, (uint32_t)items};
+        vkb_dispatch_linear(&c, bounds_pl, &push, sizeof push, items, p->spec[VKB_SPEC_WG_SIZE]);
+    }
+    st = vkb_call_submit(&c, op);
+    vkb_call_end(&c);
+    return st;
+}
+
+gokv_status vkb_set_slot_bytes(void *dev_, void *pool_, const gokv_layout *L, int32_t slot, const void *bytes) {
+    vkb_device *d = dev_;
+    vkb_pool *p = pool_;
+    vkb_call c;
+    gokv_status st = vkb_call_begin(d, p, L->ring_bytes, 0, 0, &c);
+    if (st) return st;
+    memcpy(c.up, bytes, L->ring_bytes);
+    const VkBufferCopy region = {.srcOffset = 0, .dstOffset = (VkDeviceSize)slot * L->ring_bytes, .size = L->ring_bytes};
+    vkCmdCopyBuffer(c.cmd, d->up.buf, p->ring.buf, 1, &region);
+    st = vkb_call_submit(&c, "gokv_pool_set_slot_bytes");
+    vkb_call_end(&c);
+    return st;
 }
