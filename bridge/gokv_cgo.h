@@ -58,6 +58,16 @@ static inline gokv_cgo_result gokv_cgo_pool_read(gokv_pool *pool, const gokv_rea
 static inline gokv_cgo_result gokv_cgo_pool_copy(gokv_pool *pool, const gokv_copy_desc *d) {
     return gokv_cgo_result_of(gokv_pool_copy(pool, d));
 }
+static inline gokv_cgo_result gokv_cgo_pool_gather_rows(gokv_pool *pool, const gokv_gather_desc *d) {
+    return gokv_cgo_result_of(gokv_pool_gather_rows(pool, d));
+}
+static inline gokv_cgo_result gokv_cgo_pool_set_page_bytes(gokv_pool *pool, int32_t page, const void *b, uint64_t n,
+                                                           int32_t n_tokens) {
+    return gokv_cgo_result_of(gokv_pool_set_page_bytes(pool, page, b, n, n_tokens));
+}
+static inline gokv_cgo_result gokv_cgo_pool_set_slot_bytes(gokv_pool *pool, int32_t slot, const void *b, uint64_t n) {
+    return gokv_cgo_result_of(gokv_pool_set_slot_bytes(pool, slot, b, n));
+}
 static inline gokv_cgo_result gokv_cgo_attend(gokv_device *dev, const gokv_attend_desc *d) {
     return gokv_cgo_result_of(gokv_attend(dev, d));
 }

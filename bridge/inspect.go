@@ -74,6 +74,42 @@ func (p *Pool) rawBytes(op string, index int, slot bool) ([]byte, error) {
 	return buf[:n], nil
 }
 
+// SetPageBytes writes page `page` exactly as stored (the bytes PageBytes returns); nTokens is how many
+// leading slots hold tokens (KIVI: quantized into the page), for the key bounds of pools that keep them.
+// The bytes are checked (every scale, bias and f32/f16 element of those slots finite) before anything is
+// written.
+func (p *Pool) SetPageBytes(page int, b []byte, nTokens int) error {
+	return p.setRawBytes("gokv_pool_set_page_bytes", page, b, nTokens, false)
+}
+
+// SetSlotBytes writes KIVI residual slot `slot` exactly as stored (the bytes SlotBytes returns).
+func (p *Pool) SetSlotBytes(slot int, b []byte) error {
+	return p.setRawBytes("gokv_pool_set_slot_bytes", slot, b, 0, true)
+}
+
+func (p *Pool) setRawBytes(op string, index int, b []byte, nTokens int, slot bool) error {
+	if len(b) == 0 {
+		return newError(op, codeInvalid, "no bytes")
+	}
+	if err := p.acquire(op); err != nil {
+		return err
+	}
+	defer p.mu.RUnlock()
+	var pin runtime.Pinner
+	pin.Pin(&b[0])
+	defer pin.Unpin()
+	in := unsafe.Pointer(&b[0])
+	var err error
+	if slot {
+		err = resultError(op, C.gokv_cgo_pool_set_slot_bytes(p.handle, C.int32_t(clampInt32(index)), in, C.uint64_t(len(b))))
+	} else {
+		err = resultError(op, C.gokv_cgo_pool_set_page_bytes(p.handle, C.int32_t(clampInt32(index)), in,
+			C.uint64_t(len(b)), C.int32_t(clampInt32(nTokens))))
+	}
+	runtime.KeepAlive(p)
+	return err
+}
+
 // Measure measures the device's ceilings over about `bytes` of memory (0: the backend's default).
 // It takes up to a few seconds; ErrNotSupported where the backend has no measurement.
 func (d *Device) Measure(bytes uint64) (Ceilings, error) {

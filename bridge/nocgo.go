@@ -46,8 +46,11 @@ func (p *Pool) Sizes() (uint64, uint64, error)             { return 0, 0, noCgo(
 func (p *Pool) Write(WriteBatch) error                     { return noCgo("gokv_pool_write") }
 func (p *Pool) Read(ReadBatch) error                       { return noCgo("gokv_pool_read") }
 func (p *Pool) Copy(CopyBatch) error                       { return noCgo("gokv_pool_copy") }
+func (p *Pool) Gather(GatherBatch) error                   { return noCgo("gokv_pool_gather_rows") }
 func (p *Pool) PageBytes(int) ([]byte, error)              { return nil, noCgo("gokv_pool_page_bytes") }
 func (p *Pool) SlotBytes(int) ([]byte, error)              { return nil, noCgo("gokv_pool_slot_bytes") }
+func (p *Pool) SetPageBytes(int, []byte, int) error        { return noCgo("gokv_pool_set_page_bytes") }
+func (p *Pool) SetSlotBytes(int, []byte) error             { return noCgo("gokv_pool_set_slot_bytes") }
 func (p *Pool) Close() error                               { return nil }
 func Attend(*Device, AttendBatch) error                    { return noCgo("gokv_attend") }
 func AppendAttend(*Device, *WriteBatch, AttendBatch) error { return noCgo("gokv_append_attend") }

@@ -234,6 +234,43 @@ func (p *Pool) Copy(b CopyBatch) error {
 	return err
 }
 
+// Gather moves token rows between pages byte for byte (gokv_pool_gather_rows): compaction after
+// per-kv-head eviction. Formats whose rows lie within a token only (not KIVI), pools without key bounds.
+func (p *Pool) Gather(b GatherBatch) error {
+	const op = "gokv_pool_gather_rows"
+	n := len(b.SrcPages)
+	if err := firstErr(
+		wantLen(op, "SrcSlots", len(b.SrcSlots), n),
+		wantLen(op, "DstPages", len(b.DstPages), n),
+		wantLen(op, "DstSlots", len(b.DstSlots), n),
+		wantLen(op, "KVHeads", len(b.KVHeads), n),
+	); err != nil {
+		return err
+	}
+	if n > math.MaxInt32 {
+		return newError(op, codeInvalid, "too many rows for one call")
+	}
+	beforeLongCall()
+	if err := p.acquire(op); err != nil {
+		return err
+	}
+	defer p.mu.RUnlock()
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	d := C.gokv_gather_desc{
+		struct_size: C.uint32_t(unsafe.Sizeof(C.gokv_gather_desc{})),
+		n_rows:      C.int32_t(n),
+		src_pages:   ptrOf[int32, C.int32_t](&pin, b.SrcPages),
+		src_slots:   ptrOf[int32, C.int32_t](&pin, b.SrcSlots),
+		dst_pages:   ptrOf[int32, C.int32_t](&pin, b.DstPages),
+		dst_slots:   ptrOf[int32, C.int32_t](&pin, b.DstSlots),
+		kv_heads:    ptrOf[int32, C.int32_t](&pin, b.KVHeads),
+	}
+	err := resultError(op, C.gokv_cgo_pool_gather_rows(p.handle, &d))
+	runtime.KeepAlive(p)
+	return err
+}
+
 // Close destroys the pool and its storage. It is safe to call twice, on a nil *Pool, and concurrently
 // with other calls (it waits for them); later calls on the pool fail with ErrInvalid.
 func (p *Pool) Close() error {

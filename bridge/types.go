@@ -167,6 +167,15 @@ type CopyBatch struct {
 	SrcSlots, DstSlots []int32
 }
 
+// GatherBatch lists token rows to move between pages as stored (gokv_pool_gather_rows): row i moves kv
+// head KVHeads[i]'s key and value rows from slot SrcSlots[i] of page SrcPages[i] to slot DstSlots[i] of
+// page DstPages[i]. Destinations (page, slot, head) are distinct and no destination page is a source.
+type GatherBatch struct {
+	SrcPages, SrcSlots []int32
+	DstPages, DstSlots []int32
+	KVHeads            []int32
+}
+
 // AttendFlags are the GOKV_ATTEND_* flags.
 type AttendFlags uint32
 

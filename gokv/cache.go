@@ -79,6 +79,12 @@ type Cache struct {
 	hasKIVI  bool
 	tokens   *tokenRule // H2O or SnapKV (visibility.go), nil for Full and SinkWindow
 	quest    *Quest     // Quest (quest.go), nil otherwise
+	// noCompact: the backend cannot move rows (no raw-page slots), so token rules keep holes (compact.go);
+	// under mu
+	noCompact bool
+	// onCompact, when set (tests), sees each compaction before the state moves: the survivors (slots) of
+	// each (layer of the group, kv head), the compacted length and the sinks
+	onCompact func(s *Sequence, gi int, keep [][][]int, V, sinks int)
 
 	// life is held shared by every native call on the pools, exclusively by Close. closed is written
 	// under both life and mu, so either lock makes reading it safe.

@@ -17,8 +17,17 @@ import (
 // it can (the caps only gate NewCache). TestTokenAttentionMatchesReference runs the kernels.
 
 // tokenTestCache creates a cache under policy on the CPU backend, pretending the device has the mass and
-// per-kv-head mask capabilities when it does not (write-only steps never call the kernels).
+// per-kv-head mask capabilities when it does not (write-only steps never call the kernels). Compaction is
+// off: these tests watch hidden positions and page releases; compact_test.go turns it on.
 func tokenTestCache(t *testing.T, spec ModelSpec, opts CacheOptions) *Cache {
+	t.Helper()
+	c := compactingTestCache(t, spec, opts)
+	c.noCompact = true
+	return c
+}
+
+// compactingTestCache is tokenTestCache with compaction on.
+func compactingTestCache(t *testing.T, spec ModelSpec, opts CacheOptions) *Cache {
 	t.Helper()
 	e := openTestEngine(t)
 	e.info.Caps |= bridge.CapMass | bridge.CapKVHeadMasks
@@ -46,7 +55,7 @@ func massStep(t *testing.T, c *Cache, mass massFunc, entries ...StepEntry) {
 			var m []float32
 			for i := range st.seqs {
 				for h := 0; h < ls.HeadsKV; h++ {
-					for tok := 0; tok < int(st.kvLen[i]); tok++ {
+					for tok := 0; tok < int(st.groups[c.layers[l].group.index].kvLen[i]); tok++ {
 						m = append(m, mass(i, l, h, tok))
 					}
 				}
@@ -82,7 +91,7 @@ func checkTokenInvariants(t *testing.T, c *Cache, budget int, seqs ...*Sequence)
 			vis, err := s.VisibleTokens(l)
 			require.NoError(t, err)
 			c.mu.Lock()
-			n := s.length
+			n := s.slots(c.layers[l].group.index)
 			for h, hs := range s.heads[l] {
 				assert.LessOrEqual(t, vis[h], budget, "seq %d layer %d head %d", s.id, l, h)
 				if r.kind == ruleH2O {
@@ -98,7 +107,7 @@ func checkTokenInvariants(t *testing.T, c *Cache, budget int, seqs ...*Sequence)
 		}
 		c.mu.Lock()
 		for gi, g := range c.groups {
-			limit := g.quantLimit(s.length)
+			limit := g.quantLimit(s.slots(gi))
 			for j, id := range s.tables[gi] {
 				full := (j+1)*c.pageSize <= limit
 				assert.Equal(t, full && c.pageHiddenLocked(s, g, j), id < 0, "seq %d group %d page %d", s.id, gi, j)
@@ -402,16 +411,18 @@ func (h *tcache) tokenRun(entries ...StepEntry) {
 		cl := h.c.layers[l]
 		g := ls.HeadsQ / ls.HeadsKV
 		row := 0
+		sg := st.groups[cl.group.index]
 		for i, s := range st.seqs {
 			dk, dv := h.deqRead(st, l, i)
-			n := int(st.kvLen[i])
+			h.checkCompactedRows(s, l, dk, dv)
+			n := int(sg.kvLen[i])
 			massRef := make([]float64, ls.HeadsKV*n)
 			first := st.newTokens[i] - st.newTokens[i]
 			if st.massRows > 0 {
 				first = max(0, st.newTokens[i]-st.massRows)
 			}
 			for j := 0; j < st.newTokens[i]; j++ {
-				p := int(st.startPos[i]) + j
+				p := int(sg.startPos[i]) + j // slots: a compacted group's kernels see no positions
 				q := d.q[l][(row+j)*ls.HeadsQ*ls.HeadDimK : (row+j+1)*ls.HeadsQ*ls.HeadDimK]
 				got := d.out[l][(row+j)*ls.HeadsQ*ls.HeadDimV : (row+j+1)*ls.HeadsQ*ls.HeadDimV]
 				want := make([]float64, ls.HeadsQ*ls.HeadDimV)
@@ -427,7 +438,7 @@ func (h *tcache) tokenRun(entries ...StepEntry) {
 			}
 			if st.massRows >= 0 && st.mass[l] != nil {
 				for kh := 0; kh < ls.HeadsKV; kh++ {
-					assertClose(t, massRef[kh*n:(kh+1)*n], st.massOf(st.mass[l], ls.HeadsKV, i, kh), 1e-3,
+					assertClose(t, massRef[kh*n:(kh+1)*n], st.massOf(l, ls.HeadsKV, i, kh), 1e-3,
 						"layer %d seq %d kv head %d: mass", l, s.ID(), kh)
 				}
 			}

@@ -2,6 +2,7 @@ package gokv
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -53,8 +54,14 @@ type tcache struct {
 	hist map[*Sequence]*thist
 }
 
-// thist holds a sequence's original rows: per layer, per position, keys [HeadsKV*dk] and values [HeadsKV*dv].
-type thist struct{ k, v [][][]float32 }
+// thist holds a sequence's original rows: per layer, per position, keys [HeadsKV*dk] and values [HeadsKV*dv];
+// and for compaction (compact_test.go) where each (layer, kv head)'s compacted slots came from and the
+// rows as first read at each position.
+type thist struct {
+	k, v    [][][]float32
+	slotPos map[[2]int][]int
+	rows    map[[2]int]map[int][]float32
+}
 
 func newTCache(t *testing.T, e *Engine, spec ModelSpec, opts CacheOptions, seed uint64) *tcache {
 	t.Helper()
@@ -62,6 +69,7 @@ func newTCache(t *testing.T, e *Engine, spec ModelSpec, opts CacheOptions, seed 
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	h := &tcache{t: t, c: c, spec: spec, rng: rand.New(rand.NewPCG(seed, seed+1)), hist: map[*Sequence]*thist{}}
+	c.onCompact = h.compacted
 	h.vis = func(l, p, tok int) bool {
 		ls := spec.Layers[l]
 		w, sinks := ls.Window, 0
@@ -103,6 +111,10 @@ func (h *tcache) fork(s *Sequence) *Sequence {
 		dst.k[l] = append([][]float32(nil), src.k[l]...)
 		dst.v[l] = append([][]float32(nil), src.v[l]...)
 	}
+	dst.slotPos, dst.rows = maps.Clone(src.slotPos), map[[2]int]map[int][]float32{}
+	for key, m := range src.rows {
+		dst.rows[key] = maps.Clone(m)
+	}
 	h.hist[child] = dst
 	return child
 }
@@ -113,6 +125,9 @@ func (h *tcache) truncate(s *Sequence, n int) {
 	for l := range h.spec.Layers {
 		h.hist[s].k[l] = h.hist[s].k[l][:n]
 		h.hist[s].v[l] = h.hist[s].v[l][:n]
+	}
+	for _, m := range h.hist[s].rows {
+		maps.DeleteFunc(m, func(p int, _ []float32) bool { return p >= n })
 	}
 }
 
@@ -240,7 +255,7 @@ func (h *tcache) deqRead(st *Step, l, i int) (k, v []float32) {
 	h.t.Helper()
 	cl := h.c.layers[l]
 	sg := st.groups[cl.group.index]
-	n := int(st.kvLen[i])
+	n := int(sg.kvLen[i]) // slots (compact.go)
 	b := bridge.ReadBatch{TokIndptr: []int32{0, int32(n)}, PageIndptr: []int32{0, sg.pageIndptr[i+1] - sg.pageIndptr[i]},
 		PageIDs: sg.pageIDs[sg.pageIndptr[i]:sg.pageIndptr[i+1]], KVLen: []int32{int32(n)}, StartPos: []int32{0},
 		K: make([]float32, n*cl.spec.HeadsKV*cl.spec.HeadDimK)}

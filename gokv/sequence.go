@@ -18,12 +18,16 @@ type Sequence struct {
 	slot int32 // residual ring index in every KIVI layer's pool (and the MaxSequences count)
 
 	// Guarded by c.mu.
-	length   int
-	tables   [][]int32     // per group: page id of each page index, -1 = released; len = ceil(length/P)
-	evicted  []int         // per group: page indices below this were already considered for eviction
-	step     *Step         // the open step holding the sequence, or nil
-	heads    [][]headState // token rules: per layer (nil for layers they do not govern), per kv head
-	snapDone bool          // SnapKV: the prefill is over and its decision made
+	length  int
+	tables  [][]int32 // per group: page id of each page index, -1 = released; len = ceil(slots(g)/P)
+	evicted []int     // per group: page indices below this were already considered for eviction
+	// Compaction (compact.go), per group: the positions compacted away (the group's slot of a token is
+	// its position minus shift), and the length at the last compaction (Truncate cannot go below it).
+	shift     []int
+	compacted []int
+	step      *Step         // the open step holding the sequence, or nil
+	heads     [][]headState // token rules: per layer (nil for layers they do not govern), per kv head
+	snapDone  bool          // SnapKV: the prefill is over and its decision made
 	// questRead: per layer (nil for layers Quest does not govern), per kv head, the pages the last Quest
 	// decode step read; nil before one
 	questRead [][]int
@@ -53,11 +57,15 @@ func (c *Cache) newSequenceLocked() *Sequence {
 	slot := c.slots[len(c.slots)-1]
 	c.slots = c.slots[:len(c.slots)-1]
 	s := &Sequence{c: c, id: c.nextID, slot: slot, tables: make([][]int32, len(c.groups)), evicted: make([]int, len(c.groups)),
-		heads: c.newHeads()}
+		shift: make([]int, len(c.groups)), compacted: make([]int, len(c.groups)), heads: c.newHeads()}
 	c.nextID++
 	c.seqs[s.id] = s
 	return s
 }
+
+// slots returns how many slots the sequence fills in group gi's pages: its length, less what compaction
+// removed (c.mu held).
+func (s *Sequence) slots(gi int) int { return s.length - s.shift[gi] }
 
 // ID returns the sequence's identifier, unique within its cache (-1 for a nil or zero Sequence).
 func (s *Sequence) ID() int {
@@ -149,6 +157,8 @@ func (s *Sequence) Fork() (*Sequence, error) {
 		}
 	}
 	copy(child.evicted, s.evicted)
+	copy(child.shift, s.shift)
+	copy(child.compacted, s.compacted)
 	// Token rules: the child starts from the parent's visibility and scores, then decides on its own.
 	child.heads, child.snapDone = cloneHeads(s.heads), s.snapDone
 	if s.questRead != nil {
@@ -163,7 +173,8 @@ func (s *Sequence) Fork() (*Sequence, error) {
 // Truncate rolls the sequence back to its first n tokens (0 <= n <= Len), e.g. to drop rejected
 // speculative tokens, and frees the pages past them. It fails with ErrNotSupported, changing nothing,
 // when the tokens the shorter sequence would see again were evicted (H2O: its recent window; H2O and
-// SnapKV: the page its next token goes into was released), or in a KIVI layer when the
+// SnapKV: the page its next token goes into was released, or n is below the length at which the
+// sequence was last compacted), or in a KIVI layer when the
 // rollback crosses a quantization boundary: a KIVI sequence can only drop tokens while its quantized
 // prefix stays the same (Format.QuantizedTokens(n) == Format.QuantizedTokens(Len)), i.e. the tokens
 // appended since its residual ring last flushed a group.
@@ -191,6 +202,12 @@ func (s *Sequence) Truncate(n int) error {
 				s.id, cl.index, f, f.QuantizedTokens(n), f.QuantizedTokens(s.length), s.length, kiviMinTruncate(f, s.length))
 		}
 	}
+	for gi, g := range c.groups {
+		if n < s.compacted[gi] {
+			return newErr(op, ErrorNotSupported, "sequence %d: layer group %d (layers %s) was compacted when the sequence had %d tokens; it can be truncated to no fewer",
+				s.id, gi, joinInts(g.layers), s.compacted[gi])
+		}
+	}
 	if err := c.truncateTokensLocked(s, n, false); err != nil {
 		return newErr(op, ErrorNotSupported, "sequence %d: %v", s.id, err)
 	}
@@ -208,8 +225,8 @@ func (s *Sequence) Truncate(n int) error {
 			}
 		}
 	}
-	keep := ceilDiv(n, P)
 	for gi, g := range c.groups {
+		keep := ceilDiv(n-s.shift[gi], P)
 		for _, id := range s.tables[gi][keep:] {
 			g.unref(id)
 		}
@@ -268,7 +285,8 @@ func (c *Cache) dropSequenceLocked(s *Sequence) {
 // evictLocked releases the pages of s that no future query of group gi can see; c.mu is held.
 func (c *Cache) evictLocked(s *Sequence, gi int) {
 	g := c.groups[gi]
-	from, to := evictablePages(g.rule, s.length, g.quantLimit(s.length), c.pageSize)
+	n := s.slots(gi) // windowed groups are never compacted: slots are positions
+	from, to := evictablePages(g.rule, n, g.quantLimit(n), c.pageSize)
 	table := s.tables[gi]
 	for j := max(from, s.evicted[gi]); j < to; j++ {
 		g.unref(table[j])

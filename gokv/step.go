@@ -63,10 +63,13 @@ type Step struct {
 // step (shared partially written pages replaced by private copies, new pages appended), and the pages to
 // give back on Abort (fresh) or to drop on Commit (replaced originals).
 type stepGroup struct {
-	pageIndptr []int32
-	pageIDs    []int32
-	fresh      []int32
-	replaced   []int32
+	// startPos and kvLen per entry in the group's slots (the step's positions less what compaction
+	// removed; the same slices when nothing was compacted)
+	startPos, kvLen []int32
+	pageIndptr      []int32
+	pageIDs         []int32
+	fresh           []int32
+	replaced        []int32
 }
 
 // Begin starts a step: for every entry it reserves, in every layer group, the pages its new tokens need,
@@ -127,9 +130,13 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 		st.slots[i] = s.slot
 	}
 
-	// SnapKV decisions due at the end of a prefill are made first (they release pages; a Begin that then
-	// fails keeps them), then the step's mass requests and masks.
+	// SnapKV decisions due at the end of a prefill and compactions are made first (they release pages; a
+	// Begin that then fails keeps them), then the step's slots, mass requests and masks.
 	st.mass = make([][]float32, len(c.layers))
+	if err := st.decideTokenStep(); err != nil {
+		return nil, wrapErr(op, "compaction", err)
+	}
+	st.setGroupSlots()
 	st.prepareTokenStep()
 	st.prepareQuestStep()
 
@@ -141,8 +148,8 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 		need := 0
 		for i, s := range st.seqs {
 			old := len(s.tables[gi])
-			need += ceilDiv(int(st.kvLen[i]), P) - old
-			lo, hi := g.writtenPages(s.length, st.newTokens[i], P)
+			need += ceilDiv(int(st.groups[gi].kvLen[i]), P) - old
+			lo, hi := g.writtenPages(s.slots(gi), st.newTokens[i], P)
 			for j := lo; j < min(hi, old); j++ {
 				id := s.tables[gi][j]
 				if id < 0 {
@@ -171,7 +178,7 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 		sg.pageIndptr = make([]int32, n+1)
 		for i, s := range st.seqs {
 			sg.pageIDs = append(sg.pageIDs, s.tables[gi]...)
-			for j := len(s.tables[gi]); j < ceilDiv(int(st.kvLen[i]), P); j++ {
+			for j := len(s.tables[gi]); j < ceilDiv(int(sg.kvLen[i]), P); j++ {
 				id := g.alloc()
 				sg.pageIDs = append(sg.pageIDs, id)
 				sg.fresh = append(sg.fresh, id)
@@ -202,6 +209,24 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 		s.step = st
 	}
 	return st, nil
+}
+
+// setGroupSlots gives each group the entries' start and end in its slots (c.mu held).
+func (st *Step) setGroupSlots() {
+	for gi := range st.groups {
+		sg := &st.groups[gi]
+		sg.startPos, sg.kvLen = st.startPos, st.kvLen
+		for i, s := range st.seqs {
+			if s.shift[gi] == 0 {
+				continue
+			}
+			if &sg.startPos[0] == &st.startPos[0] {
+				sg.startPos, sg.kvLen = slices.Clone(st.startPos), slices.Clone(st.kvLen)
+			}
+			sg.startPos[i] -= int32(s.shift[gi])
+			sg.kvLen[i] -= int32(s.shift[gi])
+		}
+	}
 }
 
 // releaseFreshLocked gives back every page the step reserved; c.mu is held.
@@ -320,9 +345,9 @@ func (st *Step) Layer(layer int, q, k, v, out []float32) error {
 		slots = st.slots
 	}
 	w := bridge.WriteBatch{TokIndptr: st.tokIndptr, PageIndptr: sg.pageIndptr, PageIDs: sg.pageIDs,
-		StartPos: st.startPos, ResidualSlot: slots, K: k, V: v}
+		StartPos: sg.startPos, ResidualSlot: slots, K: k, V: v}
 	a := bridge.AttendBatch{Pool: cl.pool, QIndptr: st.tokIndptr, PageIndptr: sg.pageIndptr, PageIDs: sg.pageIDs,
-		KVLen: st.kvLen, QPos: st.startPos, ResidualSlot: slots, HeadsQ: l.HeadsQ, Q: q, Out: out,
+		KVLen: sg.kvLen, QPos: sg.startPos, ResidualSlot: slots, HeadsQ: l.HeadsQ, Q: q, Out: out,
 		Scale: cl.scale, SinkLogits: sinks, SinkTokens: cl.group.rule.sinks, Window: cl.group.rule.window}
 	if !writeOnly {
 		st.attendTokens(layer, &a)

@@ -85,19 +85,36 @@ func (s *Sequence) anyHidden(l int) bool {
 	return false
 }
 
-// prepareTokenStep is Begin's part for token rules (c.mu held, entries valid): SnapKV decisions due at the
-// end of a prefill, whether the step's attend calls request mass, and the per-kv-head masks.
+// decideTokenStep is Begin's first part for token rules (c.mu held, entries valid): the SnapKV decisions
+// due at the end of a prefill, then the compaction of the sequences whose hidden tokens now fill enough
+// pages (compact.go). Both stay made if Begin fails later.
+func (st *Step) decideTokenStep() error {
+	c := st.c
+	r := c.tokens
+	if r == nil {
+		return nil
+	}
+	for i, s := range st.seqs {
+		if r.kind == ruleSnapKV && !s.snapDone && st.newTokens[i] == 1 {
+			c.snapDecideLocked(s)
+		}
+	}
+	for _, s := range st.seqs {
+		if err := c.compactLocked(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepareTokenStep is Begin's part for token rules once the group slots are known (c.mu held): whether the
+// step's attend calls request mass, and the per-kv-head masks.
 func (st *Step) prepareTokenStep() {
 	c := st.c
 	r := c.tokens
 	st.massRows = -1
 	if r == nil {
 		return
-	}
-	for i, s := range st.seqs {
-		if r.kind == ruleSnapKV && !s.snapDone && st.newTokens[i] == 1 {
-			c.snapDecideLocked(s)
-		}
 	}
 	switch {
 	case r.kind == ruleH2O:
@@ -123,13 +140,14 @@ func (st *Step) prepareTokenStep() {
 			continue
 		}
 		hkv := cl.spec.HeadsKV
+		kvLen := st.groups[cl.group.index].kvLen
 		indptr := make([]int32, len(st.seqs)+1)
 		for i := range st.seqs {
-			indptr[i+1] = indptr[i] + int32(hkv*ceilDiv(int(st.kvLen[i]), 32))
+			indptr[i+1] = indptr[i] + int32(hkv*ceilDiv(int(kvLen[i]), 32))
 		}
 		mask := make([]uint32, indptr[len(st.seqs)])
 		for i, s := range st.seqs {
-			w := ceilDiv(int(st.kvLen[i]), 32)
+			w := ceilDiv(int(kvLen[i]), 32)
 			for h := 0; h < hkv; h++ {
 				at := int(indptr[i]) + h*w
 				s.heads[l][h].hidden.maskWords(mask[at : at+w])
@@ -148,7 +166,7 @@ func (st *Step) attendTokens(layer int, a *bridge.AttendBatch) {
 	}
 	if st.massRows >= 0 && st.c.tokenLayer(layer) {
 		total := 0
-		for _, n := range st.kvLen {
+		for _, n := range st.groups[st.c.layers[layer].group.index].kvLen {
 			total += int(n)
 		}
 		a.Mass = make([]float32, total*st.c.layers[layer].spec.HeadsKV)
@@ -156,16 +174,18 @@ func (st *Step) attendTokens(layer int, a *bridge.AttendBatch) {
 	}
 }
 
-// massOf returns entry i's mass for kv head h of a layer's mass output (nil when none).
-func (st *Step) massOf(mass []float32, hkv, i, h int) []float32 {
+// massOf returns entry i's mass for kv head h of layer l's mass output (nil when none), indexed by slot.
+func (st *Step) massOf(l, hkv, i, h int) []float32 {
+	mass := st.mass[l]
 	if mass == nil {
 		return nil
 	}
+	kvLen := st.groups[st.c.layers[l].group.index].kvLen
 	off := 0
 	for j := 0; j < i; j++ {
-		off += hkv * int(st.kvLen[j])
+		off += hkv * int(kvLen[j])
 	}
-	n := int(st.kvLen[i])
+	n := int(kvLen[i])
 	return mass[off+h*n : off+(h+1)*n]
 }
 
@@ -180,16 +200,16 @@ func (st *Step) commitTokensLocked() {
 	}
 	sinks := c.spec.SinkTokens
 	for i, s := range st.seqs {
-		n := s.length
 		touched := map[int]bool{} // page indices with newly hidden tokens
 		for l, cl := range c.layers {
 			if !c.tokenLayer(l) {
 				continue
 			}
+			n := s.slots(cl.group.index)
 			hkv := cl.spec.HeadsKV
 			for h := 0; h < hkv; h++ {
 				hs := &s.heads[l][h]
-				m := st.massOf(st.mass[l], hkv, i, h)
+				m := st.massOf(l, hkv, i, h)
 				switch r.kind {
 				case ruleH2O:
 					for len(hs.score) < n {
@@ -220,14 +240,14 @@ func (st *Step) commitTokensLocked() {
 func (c *Cache) snapDecideLocked(s *Sequence) {
 	s.snapDone = true
 	touched := map[int]bool{}
-	for l := range c.layers {
+	for l, cl := range c.layers {
 		if !c.tokenLayer(l) {
 			continue
 		}
 		for h := range s.heads[l] {
 			hs := &s.heads[l][h]
 			if hs.score != nil {
-				for _, t := range c.tokens.decide(hs, s.length, c.spec.SinkTokens, hs.score) {
+				for _, t := range c.tokens.decide(hs, s.slots(cl.group.index), c.spec.SinkTokens, hs.score) {
 					touched[t/c.pageSize] = true
 				}
 			}
@@ -246,12 +266,12 @@ func (c *Cache) releaseHiddenPagesLocked(s *Sequence, touched map[int]bool, befo
 		if g.rule.window != 0 || len(g.layers) == 0 || !c.tokenLayer(g.layers[0]) {
 			continue
 		}
-		limit := g.quantLimit(s.length) // tokens stored in their page in every layer of the group
+		limit := g.quantLimit(s.slots(gi)) // tokens stored in their page in every layer of the group
 		pages := map[int]bool{}
 		for j := range touched {
 			pages[j] = true
 		}
-		for j := g.quantLimit(before) / P; j < limit/P; j++ {
+		for j := g.quantLimit(max(before-s.shift[gi], 0)) / P; j < limit/P; j++ {
 			pages[j] = true
 		}
 		table := s.tables[gi]
@@ -292,21 +312,22 @@ func (c *Cache) truncateTokensLocked(s *Sequence, n int, apply bool) error {
 			if g.rule.window != 0 || !c.tokenLayer(g.layers[0]) || n%P == 0 {
 				continue
 			}
-			if j := n / P; j < len(s.tables[gi]) && s.tables[gi][j] < 0 {
-				return fmt.Errorf("layer group %d (layers %s) released page %d (tokens [%d, %d)), into which the sequence's next token would go",
+			if j := (n - s.shift[gi]) / P; j < len(s.tables[gi]) && s.tables[gi][j] < 0 {
+				return fmt.Errorf("layer group %d (layers %s) released page %d (slots [%d, %d)), into which the sequence's next token would go",
 					gi, joinInts(g.layers), j, j*P, (j+1)*P)
 			}
 		}
 		if c.tokens.kind == ruleH2O {
-			for l := range c.layers {
+			for l, cl := range c.layers {
 				if !c.tokenLayer(l) {
 					continue
 				}
+				shift := s.shift[cl.group.index]
 				for h := range s.heads[l] {
-					for t := max(n-c.tokens.protect, 0); t < n; t++ {
+					for t := max(n-shift-c.tokens.protect, 0); t < n-shift; t++ {
 						if s.heads[l][h].hidden.has(t) {
 							return fmt.Errorf("layer %d, kv head %d already hid token %d, which the recent window (Recent %d) of a %d-token sequence needs",
-								l, h, t, c.tokens.protect, n)
+								l, h, t+shift, c.tokens.protect, n)
 						}
 					}
 				}
@@ -316,7 +337,7 @@ func (c *Cache) truncateTokensLocked(s *Sequence, n int, apply bool) error {
 	}
 	for l := range s.heads {
 		for h := range s.heads[l] {
-			s.heads[l][h].truncate(n)
+			s.heads[l][h].truncate(n - s.shift[c.layers[l].group.index])
 		}
 	}
 	return nil
@@ -343,7 +364,7 @@ func (s *Sequence) VisibleTokens(layer int) ([]int, error) {
 		return nil, newErr(op, ErrorRange, "layer %d is outside [0, %d)", layer, len(c.layers))
 	}
 	cl := c.layers[layer]
-	n := s.length
+	n := s.slots(cl.group.index)
 	count := n
 	if r := cl.group.rule; r.window > 0 {
 		p := n - 1
