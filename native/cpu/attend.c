@@ -43,8 +43,13 @@ enum {
     ITEM_MAX_HEADS = 16,
     ITEMS_PER_WORKER = 2,
     MASS_UNIT = 2048, /* tokens of one kv head per unit of the mass pass */
-    MASS_AHEAD = 2    /* blocks the mass pass asks for ahead of the one it sums */
+    MASS_AHEAD = 2,   /* blocks the mass pass asks for ahead of the one it sums */
+    MASK_SPAN = 16,   /* validity masks are read for ranges in aligned spans of this many tokens (a key tile) */
+    MASK_MIN_GAP = 64 /* hidden spans of at least this many tokens end a range (mask_cut) */
 };
+/* A block is gathered (attend_sparse) when at most SPARSE_NUM / SPARSE_DEN of its tokens are seen, and its rows
+ * are at most GATHER_ROW_MAX bytes. */
+enum { SPARSE_NUM = 1, SPARSE_DEN = 2, GATHER_ROW_MAX = 1024 };
 /* The most floats of kept scores a call holds (256 MiB): sequences past it have their scores computed again. */
 #define MASS_STORE_MAX ((int64_t)1 << 26)
 
@@ -87,6 +92,9 @@ typedef struct attend_ctx {
     const cpu_pool *pool;
     const cpu_kernels *k;
     const cpu_quest *quest; /* Quest's ranges per (sequence, kv head) (quest.c), NULL without quest_pages */
+    const cpu_quest *hr;    /* the ranges item_segs hands out per (sequence, kv head): Quest's, or those cut from
+                             * the validity masks (mask_plan; count -1: the visible ranges); NULL: visible ranges */
+    int per_head;           /* the ranges differ per kv head (Quest, GOKV_ATTEND_MASK_PER_KV_HEAD): one per item */
     int32_t G, rows_per_tile, nq_max;
     int values_ask_all; /* the values kernel asks for the next block-head's keys too (values_take_hint) */
     work_item *items;
@@ -102,6 +110,7 @@ typedef struct attend_ctx {
     size_t mass_at;     /* a worker's mass unit sums (MASS_UNIT floats) in its scratch */
     uint8_t *scratch;   /* per-worker scratch: one part per kv head of an item, then the block's scores */
     size_t scratch_bytes, head_scratch_bytes, scores_at;
+    size_t gather_at, gather_v; /* with masks: a worker's gathered keys at gather_at, its values gather_v on; else 0 */
 } attend_ctx;
 
 /* Per-worker scratch, carved from one block: a part per kv head of the item, except the block's scores and
@@ -110,6 +119,7 @@ typedef struct attend_ctx {
  * already holds that block-head's keys and values and the next one's prefetch. */
 typedef struct scratch {
     float *q, *qsum, *m, *l, *o, *s;
+    uint8_t *gather; /* the worker's gathered rows (attend_sparse), NULL without masks */
     uint8_t *prep; /* the kernel table's q4_prep output */
     int32_t *pos;
 } scratch;
@@ -131,6 +141,7 @@ static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
     s.l = (float *)base, base += align_up((size_t)nq * 4u);
     s.o = (float *)base, base += align_up((size_t)nq * L->d_v * 4u);
     s.s = NULL; /* the worker's, shared by the item's kv heads (run_item) */
+    s.gather = NULL;
     s.prep = base, base += (size_t)nq * CPU_Q4_PREP_STRIDE(L->d_k);
     s.pos = (int32_t *)base;
     return s;
@@ -145,49 +156,67 @@ static inline const uint32_t *head_mask(const gokv_attend_desc *d, int32_t seq, 
     return w;
 }
 
-/* The token ranges kv head h of sequence seq reads for query rows at positions p0..p1: Quest's (quest.c), else
- * the visible ranges (gokv_visible_ranges, into buf). */
+/* The token ranges kv head h of sequence seq reads for query rows at positions p0..p1: Quest's (quest.c) or
+ * those cut from the masks (mask_plan), else the visible ranges (gokv_visible_ranges, into buf). */
 static inline int32_t item_segs(const attend_ctx *c, int32_t seq, int32_t h, int32_t p0, int32_t p1, seg buf[2],
                                 const seg **out) {
-    if (c->quest) {
+    if (c->hr) {
         const int64_t i = (int64_t)seq * c->L->n_kv_heads + h;
-        *out = c->quest->ranges + c->quest->off[i];
-        return c->quest->count[i];
+        if (c->hr->count[i] >= 0) {
+            *out = c->hr->ranges + c->hr->off[i];
+            return c->hr->count[i];
+        }
     }
     *out = buf;
     return gokv_visible_ranges(c->d, c->d->kv_len[seq], p0, p1, buf);
 }
 
-static inline int token_valid(const uint32_t *mask, int32_t t) {
-    return !mask || ((mask[t >> 5] >> (t & 31)) & 1u);
+/* Sets bits [x, y) of a block's bit set (0 <= x, y <= CPU_BLOCK; nothing when x >= y). */
+static void bits_set(uint32_t *bits, int32_t x, int32_t y) {
+    for (; x < y; x = (x | 31) + 1) {
+        const int32_t e = y < (x | 31) + 1 ? y : (x | 31) + 1; /* within x's word */
+        bits[x >> 5] |= (e - x == 32 ? ~0u : ((1u << (e - x)) - 1u)) << (x & 31);
+    }
 }
 
-/* Sets s[i][t] = -inf where query i (position pos[i]) must not see token base + t of kv head h, or where the
- * token lies outside [lo, hi) or is a hole (in h's own mask with per-kv-head masks). */
-static void mask_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, int32_t base, int32_t n,
-                       int32_t lo, int32_t hi) {
-    const gokv_attend_desc *d = c->d;
-    int32_t min_pos = sc->pos[0], max_pos = sc->pos[0];
-    for (int32_t i = 1; i < nq; i++) {
-        min_pos = sc->pos[i] < min_pos ? sc->pos[i] : min_pos;
-        max_pos = sc->pos[i] > max_pos ? sc->pos[i] : max_pos;
+/* Which tokens base + t (t < n) of a kv head queries at positions p0..p1 may see, as bits t of bits (their union
+ * over the positions): those in [lo, hi) (the item's range), at most p1, in the window of p0 or sinks, and set in
+ * the mask (NULL: none) of kv_len tokens. Returns how many. */
+static int32_t visible_bits(const gokv_attend_desc *d, const uint32_t *mask, int32_t kv_len, int32_t base, int32_t n,
+                            int32_t lo, int32_t hi, int32_t p0, int32_t p1, uint32_t bits[CPU_BLOCK / 32]) {
+    const int32_t a = lo > base ? lo : base;
+    int32_t e = base + n < hi ? base + n : hi;
+    e = (int64_t)p1 + 1 < e ? p1 + 1 : e;
+    memset(bits, 0, CPU_BLOCK / 8);
+    if (a >= e) return 0;
+    if (d->window == 0) {
+        bits_set(bits, a - base, e - base);
+    } else { /* the sinks [0, n_sink), and (p0 - W, ...) */
+        const int64_t wlo = (int64_t)p0 - d->window + 1;
+        const int32_t sink_e = d->n_sink_tokens < e ? d->n_sink_tokens : e;
+        bits_set(bits, a - base, sink_e - base);
+        bits_set(bits, (int32_t)(wlo > a ? (wlo < e ? wlo : e) : a) - base, e - base);
     }
-    const int32_t last = base + n - 1;
-    /* fast path: every token is in range, valid, causal and inside every query's window */
-    const int in_range = base >= lo && last < hi && !d->valid_mask && last <= min_pos;
-    const int in_window = d->window == 0 || (int64_t)base > (int64_t)max_pos - d->window || last < d->n_sink_tokens;
-    if (in_range && in_window) return;
-    const uint32_t *mask = head_mask(d, seq, h);
-    for (int32_t t = 0; t < n; t++) {
-        const int32_t tok = base + t;
-        const int ok = tok >= lo && tok < hi && token_valid(mask, tok);
-        for (int32_t i = 0; i < nq; i++) {
-            const int32_t p = sc->pos[i];
-            const int vis = ok && tok <= p && (d->window == 0 || (int64_t)tok > (int64_t)p - d->window || tok < d->n_sink_tokens);
-            if (!vis) sc->s[(size_t)i * CPU_BLOCK + t] = -INFINITY;
+    int32_t count = 0;
+    const int32_t words = (kv_len + 31) >> 5, sh = base & 31;
+    for (int32_t j = 0; j * 32 < n; j++) {
+        if (mask) {
+            const int32_t w = (base >> 5) + j;
+            uint64_t m = mask[w];
+            if (sh && w + 1 < words) m |= (uint64_t)mask[w + 1] << 32;
+            bits[j] &= (uint32_t)(m >> sh);
         }
+        count += __builtin_popcount(bits[j]);
     }
+    return count;
 }
+
+/* What the queries of an item see of one block of one kv head. */
+typedef struct block_vis {
+    int all;        /* every query sees every token: nothing to hide */
+    int32_t nlive;  /* the tokens some query sees */
+    uint32_t live[CPU_BLOCK / 32];
+} block_vis;
 
 /* The running maximum m of the online softmax moves only when a block's maximum passes it by more than
  * this: weights e^(s - m) then stay below e^8 (no overflow in l or o), and (l, o) are rescaled a few times
@@ -231,6 +260,43 @@ typedef struct block {
     const uint8_t *page2; /* per-token formats: the next page, holding tokens [base + n1, base + n); else NULL */
     int32_t n1;           /* tokens in the first page */
 } block;
+
+/* What the queries sc (nq of them, rows of G) see of block b of kv head h of sequence seq. */
+static block_vis block_visibility(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b) {
+    const gokv_attend_desc *d = c->d;
+    const int32_t p0 = sc->pos[0], p1 = sc->pos[nq - 1], last = b->base + b->n - 1;
+    block_vis v;
+    /* every token in range, causal and in every query's window, no mask: all seen */
+    v.all = !d->valid_mask && b->base >= b->lo && last < b->hi && last <= p0 &&
+            (d->window == 0 || (int64_t)b->base > (int64_t)p1 - d->window || last < d->n_sink_tokens);
+    if (v.all) {
+        v.nlive = b->n;
+        memset(v.live, 0, sizeof v.live);
+        bits_set(v.live, 0, b->n);
+        return v;
+    }
+    v.nlive = visible_bits(d, head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, p0, p1, v.live);
+    v.all = p0 == p1 && v.nlive == b->n; /* one row: what it sees is the union */
+    return v;
+}
+
+/* Sets s[i][t] = -inf where query i must not see token base + t of block b (v: block_visibility), row by row
+ * (the G query vectors of a row share its position). The scores were computed for every token: the kernels
+ * run unmasked, and hiding costs a masked store per 16 tokens and query. */
+static void hide_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
+                       const block_vis *v) {
+    if (v->all) return;
+    const gokv_attend_desc *d = c->d;
+    for (int32_t i0 = 0; i0 < nq; i0 += c->G) {
+        uint32_t bits[CPU_BLOCK / 32];
+        const uint32_t *keep = v->live;
+        if (sc->pos[0] != sc->pos[nq - 1]) { /* rows at several positions: this row's own */
+            visible_bits(d, head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, sc->pos[i0], sc->pos[i0], bits);
+            keep = bits;
+        }
+        for (int32_t i = i0; i < i0 + c->G && i < nq; i++) c->k->hide(sc->s + (size_t)i * CPU_BLOCK, b->n, keep);
+    }
+}
 
 /* The block of a per-token format from token t (whose page is present) to at most hi: to the end of t's
  * page, and on through the next page when that end is a multiple of CPU_RUN_ALIGN tokens from t and the
@@ -370,16 +436,38 @@ static void keep_scores(const attend_ctx *c, int32_t seq, int32_t h, const scrat
         memcpy(dst + (i - ms->first_q) * kv, sc->s + (size_t)i * CPU_BLOCK + (a - b->base), (size_t)(e - a) * sizeof(float));
 }
 
+/* keep_scores for a block whose scores are those of the tokens idx[0..n) only (attend_sparse; n = 0: none seen):
+ * the others are -inf. */
+static void keep_scores_of(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
+                           const uint8_t *idx, int32_t n) {
+    const mass_seq *ms = &c->mseq[seq];
+    if (ms->store < 0) return;
+    const int32_t a = b->base > b->lo ? b->base : b->lo, e = b->base + b->n < b->hi ? b->base + b->n : b->hi;
+    if (a >= e) return;
+    const int64_t kv = c->d->kv_len[seq], nqc = (int64_t)ms->counted * c->G;
+    float *dst = c->store + ms->store + (int64_t)h * nqc * kv + b->base;
+    for (int32_t i = ms->first_q; i < nq; i++) {
+        float *di = dst + (i - ms->first_q) * kv;
+        for (int32_t t = a - b->base; t < e - b->base; t++) di[t] = -INFINITY;
+        for (int32_t j = 0; j < n; j++) di[idx[j]] = sc->s[(size_t)i * CPU_BLOCK + j];
+    }
+}
+
 /* Scores, masks and accumulates block b for kv head h into its scratch: a ring block or a KIVI block
  * (attend_rows takes the per-token formats). */
 static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
                          const uint8_t *ring, const kivi_hint *ask) {
     const gokv_layout *L = c->L;
     const cpu_kernels *k = c->k;
+    const block_vis v = block_visibility(c, seq, h, sc, nq, b);
+    if (v.nlive == 0) { /* nothing seen: not read */
+        if (c->store) keep_scores_of(c, seq, h, sc, nq, b, NULL, 0);
+        return;
+    }
     if (!b->page) { /* KIVI residual ring: fp16 rows */
         cpu_rows rk = cpu_ring_rows(L, ring, h, 0, b->slot, b->n);
         k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, NULL, nq, sc->s, CPU_BLOCK);
-        mask_block(c, seq, h, sc, nq, b->base, b->n, b->lo, b->hi);
+        hide_block(c, seq, h, sc, nq, b, &v);
         if (c->store) keep_scores(c, seq, h, sc, nq, b);
         if (softmax_block(c, sc, nq, b->n)) {
             cpu_rows rv = cpu_ring_rows(L, ring, h, 1, b->slot, b->n);
@@ -400,7 +488,7 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
             const cpu_chan ch = kivi_block_group(L, b, h, t0);
             k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s + t0, CPU_BLOCK);
         }
-        mask_block(c, seq, h, sc, nq, b->base, b->n, b->lo, b->hi);
+        hide_block(c, seq, h, sc, nq, b, &v);
         if (c->store) keep_scores(c, seq, h, sc, nq, b);
         if (!softmax_block(c, sc, nq, b->n)) return;
         if (!L->v_is_k_prefix) {
@@ -413,6 +501,78 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
         }
         return;
     }
+}
+
+/* The rows of r at its tokens idx[0..n) (ascending), copied to buf as rows of one run: tiled keys as tiles from
+ * lane 0, plain rows as plain rows, then their scales and biases. */
+static cpu_rows gather_rows(const cpu_rows *r, const uint8_t *idx, int32_t n, uint8_t *buf) {
+    cpu_rows g = *r;
+    const size_t rs = r->row_stride, groups = r->scale ? r->sb_stride : 0, words = rs / 4u;
+    const int tiled = r->tile >= 0;
+    uint16_t *sc = (uint16_t *)(buf + align_up(tiled ? (size_t)(n + CPU_TILE - 1) / CPU_TILE * CPU_TILE * rs : (size_t)n * rs));
+    uint16_t *bi = sc + (size_t)n * groups;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t t = idx[j];
+        if (tiled) { /* dword k of row t at column k, lane `lane` of its tile; of row j at lane j % 16 of tile j / 16 */
+            int32_t lane;
+            const uint32_t *src = (const uint32_t *)cpu_tile_at(r, t, &lane) + lane;
+            uint32_t *dst = (uint32_t *)buf + (size_t)(j / CPU_TILE) * CPU_TILE * words + j % CPU_TILE;
+            for (size_t k = 0; k < words; k++) dst[k * CPU_TILE] = src[k * CPU_TILE];
+        } else {
+            memcpy(buf + (size_t)j * rs, cpu_row_codes(r, t), rs);
+        }
+        if (groups) {
+            memcpy(sc + (size_t)j * groups, cpu_row_scale(r, t), groups * 2u);
+            memcpy(bi + (size_t)j * groups, cpu_row_bias(r, t), groups * 2u);
+        }
+    }
+    g.codes = buf;
+    g.tile = tiled ? 0 : -1;
+    g.scale = groups ? sc : NULL;
+    g.bias = groups ? bi : NULL;
+    g.n = g.n1 = n;
+    g.codes2 = NULL;
+    g.scale2 = g.bias2 = NULL;
+    return g;
+}
+
+/* Bytes of gather_rows' output for CPU_BLOCK rows of row_bytes bytes and `groups` scales each (tiles of keys
+ * hold CPU_BLOCK rows too). */
+static size_t gather_bytes(uint64_t row_bytes, int32_t groups) {
+    return align_up((size_t)CPU_BLOCK * row_bytes) + 2u * align_up((size_t)CPU_BLOCK * (size_t)groups * 2u);
+}
+
+/* Block b of a per-token format when few of its tokens are seen (v): their key and value rows are gathered
+ * (gather_rows), so that scores, softmax and values run over them alone, as a block of v->nlive tokens. A
+ * masked token then costs its share of a bit scan, not a score and a value row. */
+static void attend_sparse(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
+                          const block_vis *v, const cpu_rows *rk, const cpu_rows *rv) {
+    const gokv_layout *L = c->L;
+    const cpu_kernels *k = c->k;
+    const int32_t enc = cpu_row_enc(L->format);
+    uint8_t idx[CPU_BLOCK];
+    int32_t n = 0;
+    for (int32_t w = 0; w < CPU_BLOCK / 32; w++)
+        for (uint32_t x = v->live[w]; x; x &= x - 1) idx[n++] = (uint8_t)(w * 32 + __builtin_ctz(x));
+    cpu_rows gk = gather_rows(rk, idx, n, sc->gather);
+    k->score_rows[enc](&gk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
+                       CPU_BLOCK);
+    if (sc->pos[0] != sc->pos[nq - 1]) { /* rows at several positions: each row's own tokens among the gathered */
+        const gokv_attend_desc *d = c->d;
+        for (int32_t i0 = 0; i0 < nq; i0 += c->G) {
+            uint32_t bits[CPU_BLOCK / 32], keep[CPU_BLOCK / 32] = {0};
+            visible_bits(d, head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, sc->pos[i0], sc->pos[i0], bits);
+            for (int32_t j = 0; j < n; j++) keep[j >> 5] |= ((bits[idx[j] >> 5] >> (idx[j] & 31)) & 1u) << (j & 31);
+            for (int32_t i = i0; i < i0 + c->G && i < nq; i++) k->hide(sc->s + (size_t)i * CPU_BLOCK, n, keep);
+        }
+    }
+    if (c->store) keep_scores_of(c, seq, h, sc, nq, b, idx, n);
+    if (!softmax_block(c, sc, nq, n)) {
+        if (rv->pf) prefetch_now(rv->pf);
+        return;
+    }
+    const cpu_rows gv = gather_rows(rv, idx, n, sc->gather + c->gather_v);
+    k->accum_rows[enc](&gv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
 }
 
 /* The same for block b of a per-token format, whose rows for this kv head are r; next, when not NULL, holds
@@ -429,9 +589,19 @@ static void attend_rows(const attend_ctx *c, int32_t seq, int32_t h, const scrat
     } else if (next) {
         rk.pf = &next->pk, rv.pf = &next->pv;
     }
+    const block_vis v = block_visibility(c, seq, h, sc, nq, b);
+    if (v.nlive == 0) { /* nothing seen: not read */
+        if (c->store) keep_scores_of(c, seq, h, sc, nq, b, NULL, 0);
+        if (next && k->spreads_prefetch) prefetch_now(&next->pk), prefetch_now(&next->pv);
+        return;
+    }
+    if (sc->gather && v.nlive * SPARSE_DEN <= b->n * SPARSE_NUM) {
+        attend_sparse(c, seq, h, sc, nq, b, &v, &rk, &rv);
+        return;
+    }
     k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
-    mask_block(c, seq, h, sc, nq, b->base, b->n, b->lo, b->hi);
+    hide_block(c, seq, h, sc, nq, b, &v);
     if (c->store) keep_scores(c, seq, h, sc, nq, b);
     if (softmax_block(c, sc, nq, b->n))
         k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
@@ -579,6 +749,7 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
         scratch *s = &sc[hh];
         *s = carve(c->scratch + (size_t)worker * c->scratch_bytes + (size_t)hh * c->head_scratch_bytes, L, c->nq_max);
         s->s = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->scores_at);
+        s->gather = c->gather_at ? c->scratch + (size_t)worker * c->scratch_bytes + c->gather_at : NULL;
         load_queries(c, s, it->seq, it->kvh + hh, it->row0, it->nrows);
         for (int32_t i = 0; i < nq; i++) s->m[i] = -INFINITY, s->l[i] = 0.0f;
         memset(s->o, 0, (size_t)nq * dv * sizeof *s->o);
@@ -664,11 +835,14 @@ static void reduce_tile(void *ctx_, int64_t index, int32_t worker) {
  * log-sum-exp (lse) is known. A unit takes tokens [t0, t1) of one kv head of one sequence and writes each of
  * their mass elements once: Σ over the counted queries of e^(s - lse) (masked and unseen tokens 0). ---- */
 
-/* Scores block b of kv head h (its masked scores in sc->s, as the attention walk computes them). */
-static void score_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
-                        const uint8_t *ring) {
+/* Scores block b of kv head h (its masked scores in sc->s, as the attention walk computes them); 0 when no query
+ * sees any of its tokens (then nothing is scored). */
+static int score_block(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
+                       const uint8_t *ring) {
     const gokv_layout *L = c->L;
     const cpu_kernels *k = c->k;
+    const block_vis v = block_visibility(c, seq, h, sc, nq, b);
+    if (v.nlive == 0) return 0;
     if (!b->page) {
         cpu_rows rk = cpu_ring_rows(L, ring, h, 0, b->slot, b->n);
         k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, NULL, nq, sc->s, CPU_BLOCK);
@@ -684,7 +858,8 @@ static void score_block(const attend_ctx *c, int32_t seq, int32_t h, const scrat
         k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq,
                            sc->s, CPU_BLOCK);
     }
-    mask_block(c, seq, h, sc, nq, b->base, b->n, b->lo, b->hi);
+    hide_block(c, seq, h, sc, nq, b, &v);
+    return 1;
 }
 
 /* The mass of tokens [lo, hi) of kv head h from queries sc (nq of them, lse[i] their log-sum-exps), computed
@@ -717,7 +892,10 @@ static void mass_recompute(const attend_ctx *c, int32_t seq, int32_t h, const sc
         } else {
             b = page_block(L, c->pool, ids, t, lo, hi);
         }
-        score_block(c, seq, h, sc, nq, &b, ring);
+        if (!score_block(c, seq, h, sc, nq, &b, ring)) {
+            t = b.next;
+            continue;
+        }
         const int32_t a = t, e = b.next; /* the block's tokens in the range (a KIVI block starts at its group) */
         for (int32_t i = 0; i < nq; i++) {
             if (lse[i] == INFINITY) continue;
@@ -851,13 +1029,121 @@ static int32_t tile_len(const attend_ctx *c, int32_t seq, int32_t row0, int32_t 
     const seg *segs;
     const int32_t p0 = c->d->q_pos[seq] + row0;
     int32_t best = 0;
-    for (int32_t h = 0; h < (c->quest ? c->L->n_kv_heads : 1); h++) {
+    for (int32_t h = 0; h < (c->per_head ? c->L->n_kv_heads : 1); h++) {
         const int32_t n = item_segs(c, seq, h, p0, p0 + nrows - 1, buf, &segs);
         int32_t len = 0;
         for (int32_t s = 0; s < n; s++) len += segs[s].hi - segs[s].lo;
         best = len > best ? len : best;
     }
     return best;
+}
+
+/* ---- ranges cut from the validity masks: a decode tile walks, per kv head, only the spans of its ranges
+ * (Quest's or the visible ones) that its mask does not hide whole, as Quest's items walk only their pages ---- */
+
+/* Appends to out the pieces of [lo, hi) that mask does not hide, read in aligned spans of MASK_SPAN tokens: a run of
+ * hidden spans of MASK_MIN_GAP tokens or more ends a piece (a shorter one is walked, its tokens hidden block by
+ * block: a cut costs a block end). Returns the new count. */
+static int32_t mask_cut(const uint32_t *mask, int32_t lo, int32_t hi, seg *out, int32_t n) {
+    int32_t open = -1, end = 0;
+    for (int32_t t = lo; t < hi;) {
+        const uint32_t word = mask[t >> 5];
+        if (word == 0) { /* the rest of the word hidden */
+            t = ((t >> 5) + 1) * 32 < hi ? ((t >> 5) + 1) * 32 : hi;
+            continue;
+        }
+        int32_t e = word == ~0u ? ((t >> 5) + 1) * 32 : (t / MASK_SPAN + 1) * MASK_SPAN;
+        e = e < hi ? e : hi;
+        const uint32_t span = (word >> (t & 31)) & (e - t >= 32 ? ~0u : (1u << (e - t)) - 1u);
+        if (span) {
+            if (open < 0) {
+                open = t;
+            } else if (t - end >= MASK_MIN_GAP) {
+                out[n++] = (seg){open, end};
+                open = t;
+            }
+            end = e;
+        }
+        t = e;
+    }
+    if (open >= 0) out[n++] = (seg){open, end};
+    return n;
+}
+
+/* Workspace of mask_plan for a call: per (sequence, kv head) an offset, a count and its ranges, at most the base
+ * ranges (Quest's: a table's entries + 1; else 2) and one more per MASK_MIN_GAP tokens. */
+static size_t mask_plan_bytes(const gokv_attend_desc *d, const gokv_layout *L) {
+    size_t ranges = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const size_t base = d->quest_pages > 0 ? (size_t)(d->page_indptr[s + 1] - d->page_indptr[s]) + 1u : 2u;
+        ranges += (size_t)L->n_kv_heads * (base + (size_t)d->kv_len[s] / MASK_MIN_GAP + 1u);
+    }
+    return (size_t)d->n_seqs * L->n_kv_heads * (sizeof(int64_t) + sizeof(int32_t)) + 64u + ranges * sizeof(seg);
+}
+
+typedef struct mask_plan_ctx {
+    const attend_ctx *c;
+    cpu_quest *out;
+} mask_plan_ctx;
+
+/* Task (sequence s, kv head h) of mask_plan: s's decode tile's ranges for h, cut by h's mask. */
+static void mask_plan_task(void *ctx_, int64_t index, int32_t worker) {
+    (void)worker;
+    const mask_plan_ctx *mc = ctx_;
+    const attend_ctx *c = mc->c;
+    const gokv_attend_desc *d = c->d;
+    const int32_t H = c->L->n_kv_heads, s = (int32_t)(index / H), h = (int32_t)(index % H);
+    const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+    cpu_quest *o = mc->out;
+    seg *out = o->ranges + o->off[index];
+    seg buf[2];
+    const seg *base = buf;
+    int32_t nb;
+    if (c->quest) {
+        base = c->quest->ranges + c->quest->off[index];
+        nb = c->quest->count[index];
+    } else {
+        nb = rows > 0 ? gokv_visible_ranges(d, d->kv_len[s], d->q_pos[s], d->q_pos[s] + rows - 1, buf) : 0;
+    }
+    if (rows > SPLIT_MAX_ROWS) { /* prefill tiles: their own visible ranges (Quest's, copied), masked block by block */
+        o->count[index] = c->quest ? nb : -1;
+        if (c->quest) memcpy(out, base, (size_t)nb * sizeof *out);
+        return;
+    }
+    const uint32_t *mask = head_mask(d, s, h);
+    int32_t n = 0;
+    for (int32_t i = 0; i < nb; i++) n = mask_cut(mask, base[i].lo, base[i].hi, out, n);
+    o->count[index] = n;
+}
+
+/* Cuts the ranges of every (sequence, kv head) by the masks (d->valid_mask) into ws (mask_plan_bytes), as o. With
+ * a shared mask and no Quest, the kv heads of a sequence share their first one's ranges. */
+static void mask_plan(const attend_ctx *c, cpu_threadpool *tp, void *ws, cpu_quest *o) {
+    const gokv_attend_desc *d = c->d;
+    const int32_t H = c->L->n_kv_heads;
+    const int shared = !c->per_head;
+    uint8_t *base = ws;
+    o->off = (int64_t *)base, base += (size_t)d->n_seqs * H * sizeof(int64_t);
+    o->count = (int32_t *)base, base += (size_t)d->n_seqs * H * sizeof(int32_t);
+    o->ranges = (seg *)(((uintptr_t)base + 63u) & ~(uintptr_t)63u);
+    o->scores = NULL;
+    int64_t r = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int64_t nb = d->quest_pages > 0 ? (int64_t)(d->page_indptr[s + 1] - d->page_indptr[s]) + 1 : 2;
+        for (int32_t h = 0; h < H; h++) {
+            o->off[(int64_t)s * H + h] = shared && h > 0 ? o->off[(int64_t)s * H] : r;
+            if (!shared || h == 0) r += nb + d->kv_len[s] / MASK_MIN_GAP + 1;
+        }
+    }
+    mask_plan_ctx mc = {c, o};
+    if (!shared) {
+        cpu_threadpool_run(tp, (int64_t)d->n_seqs * H, mask_plan_task, &mc);
+        return;
+    }
+    for (int32_t s = 0; s < d->n_seqs; s++) { /* one task per sequence; its other kv heads copy the count */
+        mask_plan_task(&mc, (int64_t)s * H, 0);
+        for (int32_t h = 1; h < H; h++) o->count[(int64_t)s * H + h] = o->count[(int64_t)s * H];
+    }
 }
 
 /* How a call's work is cut into items (cpu_attend): the decode rows of a sequence form one row tile and longer
@@ -884,7 +1170,7 @@ static int32_t tile_chunks(int32_t len, int32_t chunk) {
 static cut plan_cut(const attend_ctx *ctx, int32_t n_workers, int32_t rows_per_tile) {
     const gokv_attend_desc *d = ctx->d;
     const gokv_layout *L = ctx->L;
-    if (ctx->quest) { /* one kv head per item (each reads its own pages), cut by tokens while they are too few */
+    if (ctx->per_head) { /* one kv head per item (each reads its own ranges), cut by tokens while they are too few */
         int64_t n_dec = 0, total = 0;
         for (int32_t s = 0; s < d->n_seqs; s++)
             if (d->q_indptr[s + 1] > d->q_indptr[s]) n_dec++, total += tile_len(ctx, s, 0, 1);
@@ -1003,15 +1289,23 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.rows_per_tile = PREFILL_TILE_VECTORS / c.G > 1 ? PREFILL_TILE_VECTORS / c.G : 1;
     const int32_t n_workers = cpu_threadpool_size(dev->tp);
     pthread_mutex_lock(&dev->mu);
-    cpu_quest quest;
-    if (d->quest_pages > 0) { /* Quest: the pages each kv head reads, chosen by their bounds alone, first */
-        const size_t qb = cpu_quest_bytes(d, L);
-        if (!cpu_buffer_reserve(&dev->quest_ws, &dev->quest_ws_bytes, qb)) {
+    cpu_quest quest, masked;
+    c.per_head = d->quest_pages > 0 || (d->valid_mask && (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD));
+    if (d->quest_pages > 0 || d->valid_mask) { /* the ranges each kv head reads, first: Quest's pages, then the masks' */
+        const size_t qb = d->quest_pages > 0 ? align_up(cpu_quest_bytes(d, L)) : 0;
+        const size_t mb = d->valid_mask ? mask_plan_bytes(d, L) : 0;
+        if (!cpu_buffer_reserve(&dev->quest_ws, &dev->quest_ws_bytes, qb + mb)) {
             pthread_mutex_unlock(&dev->mu);
-            return gokv_set_error(GOKV_ENOMEM, "gokv_attend: cannot allocate %zu bytes of Quest workspace", qb);
+            return gokv_set_error(GOKV_ENOMEM, "gokv_attend: cannot allocate %zu bytes of Quest and mask workspace", qb + mb);
         }
-        cpu_quest_plan(dev->tp, pool, L, d, c.k != cpu_kernels_get(GOKV_CPU_SCALAR), dev->quest_ws, &quest);
-        c.quest = &quest;
+        if (d->quest_pages > 0) {
+            cpu_quest_plan(dev->tp, pool, L, d, c.k != cpu_kernels_get(GOKV_CPU_SCALAR), dev->quest_ws, &quest);
+            c.quest = c.hr = &quest;
+        }
+        if (d->valid_mask) {
+            mask_plan(&c, dev->tp, (uint8_t *)dev->quest_ws + qb, &masked);
+            c.hr = &masked;
+        }
     }
     const cut k = plan_cut(&c, n_workers, c.rows_per_tile);
     const plan pl = make_plan(&c, k); /* counts */
@@ -1020,6 +1314,13 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.head_scratch_bytes = scratch_size(L, c.nq_max);
     c.scores_at = c.head_scratch_bytes * (size_t)k.hpi;
     c.scratch_bytes = c.scores_at + align_up((size_t)c.nq_max * CPU_BLOCK * sizeof(float));
+    const int32_t v_groups = L->v_is_k_prefix ? L->k_groups : L->v_groups;
+    const uint64_t v_row = L->v_is_k_prefix ? L->k_row_bytes : L->v_row_bytes;
+    if (d->valid_mask && !L->kivi && L->k_row_bytes <= GATHER_ROW_MAX && v_row <= GATHER_ROW_MAX) {
+        c.gather_at = c.scratch_bytes;
+        c.gather_v = gather_bytes(L->k_row_bytes, L->k_groups);
+        c.scratch_bytes += c.gather_v + gather_bytes(v_row, v_groups);
+    }
     c.mass_at = c.scratch_bytes;
     if (d->mass) c.scratch_bytes += align_up((size_t)MASS_UNIT * sizeof(float));
     const size_t mass_bytes = d->mass ? align_up((size_t)d->n_seqs * sizeof(mass_seq)) +

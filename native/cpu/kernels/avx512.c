@@ -77,6 +77,12 @@ AVX512_FN static void avx512_exp_acc(const float *x, int32_t n, float m, float *
     }
 }
 
+AVX512_FN static void avx512_hide(float *x, int32_t n, const uint32_t *keep) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    for (int32_t t = 0; t < n; t += 16)
+        _mm512_mask_storeu_ps(x + t, (__mmask16)(~(keep[t >> 5] >> (t & 16)) & avx512_mask(n - t)), ninf);
+}
+
 /* ---- dequant_row ---- */
 
 AVX512_FN static void avx512_dequant_row(const cpu_rows *r, int32_t t, int32_t d, float *out) {
@@ -116,6 +122,7 @@ void cpu_kernels_fill_avx512(cpu_kernels *k) {
     k->max = avx512_max;
     k->exp_sum = avx512_exp_sum;
     k->exp_acc = avx512_exp_acc;
+    k->hide = avx512_hide;
     k->dequant_row = avx512_dequant_row;
     k->spreads_prefetch = 1;
 }

@@ -193,6 +193,9 @@ typedef struct cpu_kernels {
     float (*max)(const float *x, int32_t n);
     /* x[t] = e^(x[t] - m) for t < n (x may hold -inf: gives 0); returns Σ of the results. */
     float (*exp_sum)(float *x, int32_t n, float m);
+    /* x[t] = -inf for t < n where bit t of keep (bit t % 32 of word t / 32) is clear: the tokens of a block a
+     * query must not see, hidden before the softmax so that the scores kernels run unmasked. */
+    void (*hide)(float *x, int32_t n, const uint32_t *keep);
     /* acc[t] += e^(x[t] - m) for t < n (x may hold -inf: adds 0); x is not written (the attention mass). */
     void (*exp_acc)(const float *x, int32_t n, float m, float *acc);
     /* Dequantizes one per-token row of d elements (reads, baseline). */

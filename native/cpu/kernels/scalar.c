@@ -157,6 +157,15 @@ static float exp_sum_scalar(float *x, int32_t n, float m) {
     return sum;
 }
 
+static void hide_scalar(float *x, int32_t n, const uint32_t *keep) {
+    for (int32_t w = 0; w * 32 < n; w++) {
+        const uint32_t k = keep[w];
+        const int32_t e = n - w * 32 < 32 ? n - w * 32 : 32;
+        for (int32_t t = 0; k != ~0u && t < e; t++)
+            if (!((k >> t) & 1u)) x[w * 32 + t] = -INFINITY;
+    }
+}
+
 static void exp_acc_scalar(const float *x, int32_t n, float m, float *acc) {
     for (int32_t t = 0; t < n; t++) acc[t] += x[t] == -INFINITY ? 0.0f : expf(x[t] - m);
 }
@@ -183,6 +192,7 @@ void cpu_kernels_fill_scalar(cpu_kernels *k) {
     k->max = max_scalar;
     k->exp_sum = exp_sum_scalar;
     k->exp_acc = exp_acc_scalar;
+    k->hide = hide_scalar;
     k->dequant_row = dequant_row_scalar;
     k->spreads_prefetch = 0; /* the caller asks for the next block at once */
 }
