@@ -20,13 +20,14 @@
  *     A tile of a single chunk (and every tile of a longer prefill: tiled flash attention, causal, one
  *     chunk per tile, parallel across tiles) finalizes in the attention pass.
  *
- * One call is one command buffer: [copy inputs ->] [baseline_dequant ->] attend (or baseline_attend)
- * [-> reduce] [-> mass]. The host writes the inputs (queries, sink logits, page tables, masks, and the
- * sequence, item, reduce, baseline-page and mass tables below) to the up buffer; on a discrete GPU, where up
- * is host memory, they are first copied into the device-local scratch buffer, since every split-K chunk
- * reads its queries and page table again (shaders/attend_inputs.glsl). Scratch holds, in order: the
- * baseline's f32 pages, the split-K partials, the mass pass's softmax factors and scores, the staged inputs.
- * down receives out, then mass. Every pass reads what the one before wrote, behind a barrier.
+ * One call is one command buffer: [copy inputs ->] [quest_score -> quest_select ->] [baseline_dequant ->]
+ * attend (or baseline_attend) [-> reduce] [-> mass]. The host writes the inputs (queries, sink logits, page
+ * tables, masks, and the sequence, item, reduce, baseline-page, mass and Quest tables below) to the up buffer;
+ * on a discrete GPU, where up is host memory, they are first copied into the device-local scratch buffer,
+ * since every split-K chunk reads its queries and page table again (shaders/attend_inputs.glsl). Scratch
+ * holds, in order: the baseline's f32 pages, the split-K partials, the mass pass's softmax factors and scores,
+ * Quest's bounds, the staged inputs. down receives out, then mass, then Quest's bounds and choices. Every
+ * pass reads what the one before wrote, behind a barrier.
  *
  * Attention mass (desc.mass): the attention pass runs its MASS variant (VKB_SPEC_OP4 = 1; the plain
  * pipeline is untouched): for the counted rows (each sequence's last mass_rows rows, or all) it stores
@@ -42,17 +43,23 @@
  * (they write different sequences' mass, but into the same buffer).
  *
  * Validity masks per kv head (GOKV_ATTEND_MASK_PER_KV_HEAD): the sequence table gives the words of one kv
- * head's mask, ceil(kv_len / 32), and an item reads its kv head's mask (0 for a shared mask).
+ * head's mask, ceil(kv_len / 32), and an item reads its kv head's mask (0 for a shared mask). The attention
+ * pass skips the blocks and whole chunks in which its kv head's mask has no bit set, so what a mask hides
+ * costs next to nothing (attend_common.glsl).
  *
  * Specialization constants of attend / baseline_attend (VKB_SPEC_OP0..3): NQ_MAX query vectors per item,
  * CPI value channels per invocation and unit, NSG_MAX subgroups per workgroup at most (from the smallest
  * subgroup size the device may give the pipeline), INPUTS_STAGED; reduce and baseline_dequant use
  * INPUTS_STAGED (OP3) only.
  *
- * Quest (desc.quest_pages > 0; pools with key_bounds): quest_score.comp scores the page-table entries from
- * the pages' key bounds in a submission of its own, the host chooses the pages, and the call runs as one
- * with a validity mask per kv head that keeps only the chosen, sink and recent pages and the KIVI ring
- * (quest_attend, at the end of this file).
+ * Quest (desc.quest_pages > 0; pools with key_bounds), all on the device in the same command buffer, so a
+ * decode step never waits for the host: quest_score.comp scores every page-table entry per kv head from the
+ * pages' key bounds into scratch; quest_select.comp (one workgroup per sequence and kv head) chooses the
+ * pages as native/cpu/quest.c does and writes a validity mask per kv head (the chosen, sink and recent pages,
+ * the KIVI ring, and'ed with the caller's mask) where the attention pass reads its masks: among the staged
+ * inputs, so a Quest call always stages them, even on a device whose up buffer is device memory. The
+ * attention then skips every masked block, which is what makes Quest cheaper than the full attention. The
+ * bounds and the choices (quest_bounds, quest_selected) come back in down after the outputs.
  *
  * GOKV_ATTEND_DEQUANT_BASELINE (benchmarks): baseline_dequant first expands every page the call can see
  * into an f32 copy (the layout of an f32 pool of the same geometry, V stored apart even for MLA) at the
@@ -76,7 +83,7 @@ enum {
 #define NONE 0xffffffffu
 
 /* Records of the input tables, word for word as the shaders read them. */
-enum { ITEM_WORDS = 12, SEQ_WORDS = 11, REDUCE_WORDS = 5, TPAGE_WORDS = 5, MASS_ITEM_WORDS = 3 };
+enum { ITEM_WORDS = 12, SEQ_WORDS = 11, REDUCE_WORDS = 5, TPAGE_WORDS = 5, MASS_ITEM_WORDS = 3, QSEQ_WORDS = 9 };
 enum { MASS_SPAN_BLOCKS = 4 }; /* tokens per mass item: this many workgroups' worth */
 
 /* Push constants: the shaders' Push blocks, from the field lists of shaders/push.glsl. */
@@ -84,6 +91,8 @@ VKB_PUSH_STRUCT(attend_push, GOKV_PUSH_ATTEND);   /* attend, baseline_attend */
 VKB_PUSH_STRUCT(reduce_push, GOKV_PUSH_REDUCE);   /* reduce */
 VKB_PUSH_STRUCT(dequant_push, GOKV_PUSH_DEQUANT); /* baseline_dequant */
 VKB_PUSH_STRUCT(mass_push, GOKV_PUSH_MASS);       /* mass */
+VKB_PUSH_STRUCT(quest_score_push, GOKV_PUSH_QUEST_SCORE);   /* quest_score */
+VKB_PUSH_STRUCT(quest_select_push, GOKV_PUSH_QUEST_SELECT); /* quest_select */
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
@@ -100,6 +109,10 @@ typedef struct plan {
     uint32_t mass_span;
     int64_t n_mass_items, n_key_items; /* mass.comp (kept scores), mass_keys.comp (scores computed again) */
     uint64_t mass_item_w, key_item_w, stats_w, score_w, score_words, mass_down_w, mass_words;
+    /* Quest: the caller's masks, the page-table entries and Quest's sequence table in the inputs (mask_w
+     * then holds the masks quest_select.comp writes), the bounds in scratch, the optional outputs in down */
+    int quest;
+    uint64_t umask_w, qentry_w, qseq_w, b_w, qbounds_down_w, qsel_down_w, down_words;
 } plan;
 
 /* The query rows of a sequence that count towards its mass: its last mass_rows rows (0: all). */
@@ -297,7 +310,42 @@ static void walk_mass_items(const gokv_attend_desc *d, const gokv_layout *L, pla
     p->score_words = score_words;
 }
 
-/* Fills the up buffer: queries, sinks, page tables, masks, sequences, then the item / reduce / page tables. */
+/* Quest's inputs: per page-table entry the page quest_score.comp scores (NONE: -inf for released pages, pages
+ * none of whose tokens are in pages yet, and sequences without a query row) and the word of its sequence's
+ * queries; per sequence the record quest_select.comp reads (QSEQ_WORDS; the shader's header lists them). */
+static void fill_quest(const gokv_attend_desc *d, const gokv_layout *L, const plan *p, uint32_t *up) {
+    const uint32_t H = (uint32_t)L->n_kv_heads;
+    uint64_t qmask = p->mask_w;
+    uint32_t *e = up + p->qentry_w;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s], kv_len = d->kv_len[s];
+        const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
+        const int32_t vis = rows > 0 ? (d->q_pos[s] + 1 < kv_len ? d->q_pos[s] + 1 : kv_len) : 0;
+        const int32_t n = d->page_indptr[s + 1] - d->page_indptr[s];
+        const uint32_t W = (uint32_t)((kv_len + 31) / 32);
+        const int32_t *ids = d->page_ids + d->page_indptr[s];
+        const uint32_t q0 = (uint32_t)(p->q_w + (uint64_t)d->q_indptr[s] * (uint64_t)d->n_heads_q * (uint64_t)L->d_k);
+        for (int32_t i = 0; i < n; i++, e += 2) {
+            const int ok = rows > 0 && ids[i] >= 0 && (int64_t)i * L->page_size < n_quant;
+            e[0] = ok ? (uint32_t)ids[i] : NONE;
+            e[1] = q0;
+        }
+        uint32_t *q = up + p->qseq_w + (uint64_t)s * QSEQ_WORDS;
+        q[0] = (uint32_t)d->page_indptr[s];
+        q[1] = (uint32_t)n;
+        q[2] = (uint32_t)kv_len;
+        q[3] = (uint32_t)n_quant;
+        q[4] = (uint32_t)vis;
+        q[5] = rows == 0;
+        q[6] = d->valid_mask ? (uint32_t)(p->umask_w + (uint64_t)d->valid_indptr[s]) : NONE;
+        q[7] = d->valid_mask && (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) ? W : 0u;
+        q[8] = (uint32_t)qmask;
+        qmask += H * (uint64_t)W;
+    }
+}
+
+/* Fills the up buffer: queries, sinks, page tables, masks, sequences, then the item / reduce / page tables
+ * (and Quest's). */
 static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, uint32_t *up, int baseline) {
     memcpy(up + p->q_w, d->q, (size_t)p->rows * (size_t)d->n_heads_q * (size_t)L->d_k * sizeof(float));
     if (d->sink_logits) memcpy(up + p->sink_w, d->sink_logits, (size_t)d->n_heads_q * sizeof(float));
@@ -305,17 +353,21 @@ static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, ui
         walk_tpages(d, L, p, up);
     else
         memcpy(up + p->page_w, d->page_ids, (size_t)d->page_indptr[d->n_seqs] * sizeof(int32_t));
-    if (d->valid_mask) memcpy(up + p->mask_w, d->valid_mask, (size_t)d->valid_indptr[d->n_seqs] * sizeof(uint32_t));
-    uint64_t score = p->score_w, mass_out = p->mass_down_w;
+    if (d->valid_mask)
+        memcpy(up + (p->quest ? p->umask_w : p->mask_w), d->valid_mask,
+               (size_t)d->valid_indptr[d->n_seqs] * sizeof(uint32_t));
+    uint64_t score = p->score_w, mass_out = p->mass_down_w, qmask = p->mask_w;
     for (int32_t s = 0; s < d->n_seqs; s++) {
         uint32_t *e = up + p->seq_w + (uint64_t)s * SEQ_WORDS;
         const int32_t kv_len = d->kv_len[s];
         e[0] = (uint32_t)kv_len;
         e[1] = (uint32_t)(L->kivi && !baseline ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len);
         e[2] = (uint32_t)(p->page_w + (uint64_t)d->page_indptr[s]);
-        e[3] = d->valid_mask ? (uint32_t)(p->mask_w + (uint64_t)d->valid_indptr[s]) : NONE;
+        e[3] = p->quest ? (uint32_t)qmask : d->valid_mask ? (uint32_t)(p->mask_w + (uint64_t)d->valid_indptr[s]) : NONE;
         e[4] = L->kivi && !baseline && kv_len > 0 ? (uint32_t)d->residual_slot[s] : 0u;
-        e[5] = d->valid_mask && (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) ? (uint32_t)((kv_len + 31) / 32) : 0u;
+        e[5] = p->quest || (d->valid_mask && (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD)) ? (uint32_t)((kv_len + 31) / 32)
+                                                                                       : 0u;
+        qmask += (uint64_t)L->n_kv_heads * (uint64_t)((kv_len + 31) / 32);
         const int32_t cr = p->mass ? mass_rows_of(d, s) : 0;
         const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
         e[6] = (uint32_t)(d->q_indptr[s + 1] - cr);
@@ -329,6 +381,7 @@ static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, ui
     }
     walk_items(d, L, p, up);
     if (p->mass) walk_mass_items(d, L, p, up);
+    if (p->quest) fill_quest(d, L, p, up);
 }
 
 /* 2D grid of n workgroups (x at most MAX_GRID); the shaders linearize y * num_x + x and skip the tail. */
@@ -350,6 +403,7 @@ typedef struct attend_job {
     int baseline;
     int staged;                         /* inputs copied from up into scratch at in_base (discrete GPUs) */
     VkPipeline attend, reduce, dequant, mass, mass_keys; /* all but attend: VK_NULL_HANDLE when not needed */
+    VkPipeline quest_score, quest_select;
     uint64_t tpage_words, in_base, scratch_words, down_bytes;
 } attend_job;
 
@@ -361,7 +415,9 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     memset(j, 0, sizeof *j);
     j->baseline = (d->flags & GOKV_ATTEND_DEQUANT_BASELINE) != 0;
     p->mass = d->mass != NULL; /* never with the baseline (the core refuses it) */
-    j->staged = dev->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    p->quest = d->quest_pages > 0; /* never with the baseline (the core refuses it) */
+    /* Quest's masks are made on the device among the staged inputs, so a Quest call always stages them */
+    j->staged = dev->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU || p->quest;
     p->rows = d->q_indptr[d->n_seqs];
     p->G = d->n_heads_q / L->n_kv_heads;
     p->chunk = d->chunk_size > 0 ? d->chunk_size : dev->tune.chunk_size > 0 ? dev->tune.chunk_size : DEFAULT_CHUNK;
@@ -405,7 +461,13 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     p->q_w = take(&w, (uint64_t)p->rows * (uint64_t)d->n_heads_q * (uint64_t)L->d_k);
     p->sink_w = d->sink_logits ? take(&w, (uint64_t)d->n_heads_q) : NONE;
     p->page_w = take(&w, (uint64_t)d->page_indptr[d->n_seqs]);
-    p->mask_w = take(&w, d->valid_mask ? (uint64_t)d->valid_indptr[d->n_seqs] : 0u);
+    const uint64_t n_entries = (uint64_t)d->page_indptr[d->n_seqs], H = (uint64_t)L->n_kv_heads;
+    uint64_t quest_mask_words = 0;
+    for (int32_t s = 0; p->quest && s < d->n_seqs; s++) quest_mask_words += H * (uint64_t)((d->kv_len[s] + 31) / 32);
+    p->mask_w = take(&w, p->quest ? quest_mask_words : d->valid_mask ? (uint64_t)d->valid_indptr[d->n_seqs] : 0u);
+    p->umask_w = p->quest && d->valid_mask ? take(&w, (uint64_t)d->valid_indptr[d->n_seqs]) : NONE;
+    p->qentry_w = take(&w, p->quest ? 2u * n_entries : 0u);
+    p->qseq_w = take(&w, p->quest ? (uint64_t)d->n_seqs * QSEQ_WORDS : 0u);
     p->seq_w = take(&w, (uint64_t)d->n_seqs * SEQ_WORDS);
     p->item_w = take(&w, (uint64_t)p->n_items * ITEM_WORDS);
     p->reduce_w = take(&w, (uint64_t)p->n_reduce * REDUCE_WORDS);
@@ -418,11 +480,16 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     w = j->tpage_words + (uint64_t)p->part_words;
     p->stats_w = take(&w, p->mass ? 2u * (uint64_t)p->rows * (uint64_t)d->n_heads_q : 0u);
     p->score_w = take(&w, p->score_words);
+    p->b_w = take(&w, p->quest ? n_entries * H : 0u);
     j->in_base = w;
     j->scratch_words = j->in_base + (j->staged ? p->up_words : 0u);
-    /* down layout (words): out, then mass */
+    /* down layout (words): out, then mass, then Quest's bounds and choices */
     p->mass_down_w = (uint64_t)p->rows * (uint64_t)d->n_heads_q * (uint64_t)L->d_v;
-    j->down_bytes = (p->mass_down_w + p->mass_words) * 4u;
+    w = p->mass_down_w + p->mass_words;
+    p->qbounds_down_w = p->quest && d->quest_bounds ? take(&w, n_entries * H) : NONE;
+    p->qsel_down_w = p->quest && d->quest_selected ? take(&w, (uint64_t)d->n_seqs * H * (uint64_t)d->quest_pages) : NONE;
+    p->down_words = w;
+    j->down_bytes = w * 4u;
     const uint64_t limit = dev->max_storage_range;
     if (p->up_words * 4u > limit || j->scratch_words * 4u > limit || j->down_bytes > limit)
         return gokv_set_error(GOKV_ENOMEM,
@@ -454,11 +521,14 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     if (!st && p->n_reduce) st = vkb_get_pipeline(dev, p->mass ? "reduce_mass" : "reduce", spec, &j->reduce);
     if (!st && p->n_tpages) st = vkb_get_pipeline(dev, "baseline_dequant", spec, &j->dequant);
     if (!st && p->n_mass_items) st = vkb_get_pipeline(dev, "mass", spec, &j->mass);
+    if (!st && p->quest) st = vkb_get_pipeline(dev, "quest_score", spec, &j->quest_score);
+    spec[VKB_SPEC_OP2] = p->nsg;
+    if (!st && p->quest) st = vkb_get_pipeline(dev, "quest_select", spec, &j->quest_select);
     return st;
 }
 
-/* Fills the call's up buffer and records its commands: [staging copy ->] [baseline_dequant ->] attend
- * [-> reduce] [-> mass]. */
+/* Fills the call's up buffer and records its commands: [staging copy ->] [quest_score -> quest_select ->]
+ * [baseline_dequant ->] attend [-> reduce] [-> mass]. */
 static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_desc *d, attend_job *j) {
     plan *p = &j->p;
     const uint32_t in_base = (uint32_t)j->in_base;
@@ -466,6 +536,19 @@ static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_d
     if (j->staged) {
         const VkBufferCopy region = {.srcOffset = 0, .dstOffset = j->in_base * 4u, .size = p->up_words * 4u};
         vkCmdCopyBuffer(c->cmd, c->d->up.buf, c->d->scratch.buf, 1, &region);
+        vkb_cmd_barrier(c);
+    }
+    if (p->quest) { /* bounds, then the choice and the masks attend reads, behind a barrier each */
+        const uint64_t n_scores = (uint64_t)d->page_indptr[d->n_seqs] * (uint64_t)L->n_kv_heads;
+        const quest_score_push qp = {(uint32_t)n_scores, (uint32_t)p->qentry_w, (uint32_t)p->b_w,
+                                     c->p->bounds_w, (uint32_t)(d->n_heads_q / L->n_kv_heads), in_base};
+        vkb_dispatch_linear(c, j->quest_score, &qp, sizeof qp, n_scores, c->p->spec[VKB_SPEC_WG_SIZE]);
+        vkb_cmd_barrier(c);
+        const quest_select_push sp = {(uint32_t)d->n_seqs * (uint32_t)L->n_kv_heads, (uint32_t)p->qseq_w,
+                                      (uint32_t)p->b_w, (uint32_t)p->qbounds_down_w, (uint32_t)p->qsel_down_w,
+                                      (uint32_t)d->quest_pages, (uint32_t)d->n_sink_tokens,
+                                      (uint32_t)d->quest_recent, in_base};
+        dispatch_items(c, j->quest_select, &sp, sizeof sp, (int64_t)d->n_seqs * L->n_kv_heads);
         vkb_cmd_barrier(c);
     }
     if (j->dequant) {
@@ -500,13 +583,20 @@ static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_d
     }
 }
 
-static gokv_status attend_plain(vkb_device *dev, vkb_pool *pool, const gokv_layout *L, const gokv_attend_desc *d) {
+gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv_attend_desc *d) {
+    vkb_device *dev = dev_;
+    vkb_pool *pool = pool_;
     if (d->n_seqs == 0 || d->q_indptr[d->n_seqs] == 0) { /* no query rows: no token gets any mass */
+        const uint64_t H = (uint64_t)L->n_kv_heads;
         if (d->mass) {
             uint64_t n = 0;
-            for (int32_t s = 0; s < d->n_seqs; s++) n += (uint64_t)L->n_kv_heads * (uint64_t)d->kv_len[s];
+            for (int32_t s = 0; s < d->n_seqs; s++) n += H * (uint64_t)d->kv_len[s];
             memset(d->mass, 0, (size_t)n * sizeof(float));
         }
+        if (d->quest_pages > 0 && d->quest_bounds) /* no page competes: every bound is -inf */
+            for (uint64_t i = 0; i < (uint64_t)d->page_indptr[d->n_seqs] * H; i++) d->quest_bounds[i] = -INFINITY;
+        if (d->quest_pages > 0 && d->quest_selected)
+            for (uint64_t i = 0; i < (uint64_t)d->n_seqs * H * (uint64_t)d->quest_pages; i++) d->quest_selected[i] = -1;
         return GOKV_OK;
     }
     attend_job j;
@@ -518,163 +608,16 @@ static gokv_status attend_plain(vkb_device *dev, vkb_pool *pool, const gokv_layo
     attend_record(&c, L, d, &j);
     st = vkb_call_submit(&c, "gokv_attend");
     if (!st) {
-        memcpy(d->out, c.down, (size_t)(j.p.mass_down_w * 4u));
-        if (d->mass) memcpy(d->mass, c.down + j.p.mass_down_w * 4u, (size_t)(j.p.mass_words * 4u));
+        const plan *p = &j.p;
+        memcpy(d->out, c.down, (size_t)(p->mass_down_w * 4u));
+        if (d->mass) memcpy(d->mass, c.down + p->mass_down_w * 4u, (size_t)(p->mass_words * 4u));
+        if (p->qbounds_down_w != NONE)
+            memcpy(d->quest_bounds, c.down + p->qbounds_down_w * 4u,
+                   (size_t)d->page_indptr[d->n_seqs] * (size_t)L->n_kv_heads * sizeof(float));
+        if (p->qsel_down_w != NONE)
+            memcpy(d->quest_selected, c.down + p->qsel_down_w * 4u,
+                   (size_t)d->n_seqs * (size_t)L->n_kv_heads * (size_t)d->quest_pages * sizeof(int32_t));
     }
     vkb_call_end(&c);
     return st;
-}
-
-/* ---- Quest (desc.quest_pages > 0) ----
- * quest_score.comp scores every page-table entry per kv head from the pages' key bounds (one submission);
- * the host then chooses, per sequence and kv head, the K highest among the pages that are neither sink nor
- * recent pages, ties to the older page (as native/cpu/quest.c), and the attention runs with a validity mask
- * per kv head that keeps only the chosen, sink and recent pages and the KIVI ring's tokens (and'ed with the
- * caller's mask): every other token is masked, so its mass is 0. */
-VKB_PUSH_STRUCT(quest_push, GOKV_PUSH_QUEST_SCORE); /* quest_score */
-
-typedef struct quest_pick {
-    float b;
-    int32_t i;
-} quest_pick;
-
-static int quest_pick_cmp(const void *a_, const void *b_) { /* higher bound first, then the older page */
-    const quest_pick *a = a_, *b = b_;
-    if (a->b != b->b) return a->b > b->b ? -1 : 1;
-    return a->i < b->i ? -1 : a->i > b->i;
-}
-
-/* The bounds B [entries][n_kv_heads] of every page-table entry (-inf where nothing competes). */
-static gokv_status quest_scores(vkb_device *dev, vkb_pool *pool, const gokv_layout *L, const gokv_attend_desc *d,
-                                float *B) {
-    const int64_t n_entries = d->page_indptr[d->n_seqs];
-    const uint64_t H = (uint64_t)L->n_kv_heads;
-    if (n_entries == 0) return GOKV_OK;
-    const uint64_t q_words = (uint64_t)d->q_indptr[d->n_seqs] * (uint64_t)d->n_heads_q * (uint64_t)L->d_k;
-    const uint64_t up_words = q_words + 2u * (uint64_t)n_entries, items = (uint64_t)n_entries * H;
-    if (up_words * 4u > dev->max_storage_range || items * 4u > dev->max_storage_range)
-        return gokv_set_error(GOKV_ENOMEM, "gokv_attend: vulkan: Quest's scores of %lld page-table entries exceed the "
-                              "device's %llu-byte storage buffer range", (long long)n_entries,
-                              (unsigned long long)dev->max_storage_range);
-    VkPipeline pl;
-    gokv_status st = vkb_get_pipeline(dev, "quest_score", pool->spec, &pl);
-    if (st) return st;
-    vkb_call c;
-    if ((st = vkb_call_begin(dev, pool, up_words * 4u, 0, items * 4u, &c))) return st;
-    uint32_t *up = (uint32_t *)c.up;
-    memcpy(up, d->q, q_words * 4u);
-    uint32_t *e = up + q_words;
-    for (int32_t s = 0; s < d->n_seqs; s++) {
-        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s], kv_len = d->kv_len[s];
-        const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
-        const int32_t *ids = d->page_ids + d->page_indptr[s];
-        for (int32_t i = 0; i < d->page_indptr[s + 1] - d->page_indptr[s]; i++, e += 2) {
-            const int ok = rows > 0 && ids[i] >= 0 && (int64_t)i * L->page_size < n_quant;
-            e[0] = ok ? (uint32_t)ids[i] : NONE;
-            e[1] = rows > 0 ? (uint32_t)((uint64_t)d->q_indptr[s] * (uint64_t)d->n_heads_q * (uint64_t)L->d_k) : 0u;
-        }
-    }
-    const quest_push push = {(uint32_t)items, (uint32_t)q_words, 0u, pool->bounds_w,
-                             (uint32_t)(d->n_heads_q / L->n_kv_heads)};
-    vkb_dispatch_linear(&c, pl, &push, sizeof push, items, pool->spec[VKB_SPEC_WG_SIZE]);
-    st = vkb_call_submit(&c, "gokv_attend (Quest scores)");
-    if (!st) memcpy(B, c.down, items * 4u);
-    vkb_call_end(&c);
-    return st;
-}
-
-static gokv_status quest_attend(vkb_device *dev, vkb_pool *pool, const gokv_layout *L, const gokv_attend_desc *d) {
-    const int32_t H = L->n_kv_heads, P = L->page_size, K = d->quest_pages;
-    const int64_t n_entries = d->page_indptr[d->n_seqs];
-    int32_t max_n = 0;
-    uint64_t words = 0;
-    for (int32_t s = 0; s < d->n_seqs; s++) {
-        const int32_t n = d->page_indptr[s + 1] - d->page_indptr[s];
-        max_n = n > max_n ? n : max_n;
-        words += (uint64_t)H * (uint64_t)((d->kv_len[s] + 31) / 32);
-    }
-    float *B = malloc((size_t)n_entries * (size_t)H * sizeof(float) + 4u);
-    uint32_t *mask = calloc((size_t)words + 1u, sizeof(uint32_t));
-    int32_t *indptr = malloc(((size_t)d->n_seqs + 1u) * sizeof(int32_t));
-    uint8_t *mark = malloc((size_t)max_n + 1u);
-    quest_pick *pk = malloc(((size_t)max_n + 1u) * sizeof *pk);
-    gokv_status st = GOKV_OK;
-    if (!B || !mask || !indptr || !mark || !pk || words > INT32_MAX) {
-        st = gokv_set_error(GOKV_ENOMEM, "gokv_attend: vulkan: out of memory for Quest's selection");
-        goto done;
-    }
-    if ((st = quest_scores(dev, pool, L, d, B))) goto done;
-    if (d->quest_bounds) memcpy(d->quest_bounds, B, (size_t)n_entries * (size_t)H * sizeof(float));
-    uint64_t w0 = 0;
-    for (int32_t s = 0; s < d->n_seqs; s++) {
-        const int32_t n = d->page_indptr[s + 1] - d->page_indptr[s], kv_len = d->kv_len[s];
-        const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s], W = (kv_len + 31) / 32;
-        const int32_t n_quant = L->kivi ? gokv_kivi_quantized_len(kv_len, L->group, L->residual) : kv_len;
-        const int32_t vis = rows > 0 ? (d->q_pos[s] + 1 < kv_len ? d->q_pos[s] + 1 : kv_len) : 0;
-        const int64_t recent_from = (int64_t)vis - d->quest_recent;
-        indptr[s] = (int32_t)w0;
-        for (int32_t h = 0; h < H; h++) {
-            const float *Bs = B + (size_t)d->page_indptr[s] * (size_t)H;
-            memset(mark, 0, (size_t)n + 1u);
-            int32_t n_comp = 0;
-            for (int32_t i = 0; i < n; i++) { /* 1: sink or recent page, 2: chosen */
-                const int64_t first = (int64_t)i * P, last = first + P;
-                if (first >= vis) continue;
-                if (first < d->n_sink_tokens || (d->quest_recent > 0 && last > recent_from)) {
-                    mark[i] = 1;
-                    continue;
-                }
-                const float b = Bs[(size_t)i * (size_t)H + (size_t)h];
-                if (b == -INFINITY) continue;
-                pk[n_comp++] = (quest_pick){b, i};
-            }
-            int32_t n_sel = n_comp;
-            if (n_comp > K) {
-                qsort(pk, (size_t)n_comp, sizeof *pk, quest_pick_cmp);
-                n_sel = K;
-            }
-            for (int32_t j = 0; j < n_sel; j++) mark[pk[j].i] = 2;
-            if (d->quest_selected) {
-                int32_t *sel = d->quest_selected + ((int64_t)s * H + h) * K, j = 0;
-                for (int32_t i = 0; i < n; i++)
-                    if (mark[i] == 2) sel[j++] = i;
-                for (; j < K; j++) sel[j] = -1;
-            }
-            /* kv head h's mask: the caller's, and'ed with the pages read (or the ring) */
-            uint32_t *m = mask + w0 + (uint64_t)h * (uint64_t)W;
-            const uint32_t *um = NULL;
-            if (d->valid_mask)
-                um = d->valid_mask + d->valid_indptr[s] +
-                     ((d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) ? (int64_t)h * W : 0);
-            for (int32_t t = 0; t < kv_len; t++) {
-                const int32_t i = t / P;
-                const int read = rows == 0 || t >= n_quant || (i < n && mark[i]);
-                const int user = !um || ((um[t / 32] >> (t % 32)) & 1u);
-                if (read && user) m[t / 32] |= 1u << (t % 32);
-            }
-        }
-        w0 += (uint64_t)H * (uint64_t)W;
-    }
-    indptr[d->n_seqs] = (int32_t)w0;
-    gokv_attend_desc a = *d;
-    a.valid_mask = mask;
-    a.valid_indptr = indptr;
-    a.flags |= GOKV_ATTEND_MASK_PER_KV_HEAD;
-    a.quest_pages = 0;
-    a.quest_recent = 0;
-    a.quest_bounds = NULL;
-    a.quest_selected = NULL;
-    st = attend_plain(dev, pool, L, &a);
-done:
-    free(B);
-    free(mask);
-    free(indptr);
-    free(mark);
-    free(pk);
-    return st;
-}
-
-gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv_attend_desc *d) {
-    if (d->quest_pages > 0) return quest_attend(dev_, pool_, L, d);
-    return attend_plain(dev_, pool_, L, d);
 }

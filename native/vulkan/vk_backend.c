@@ -3,8 +3,9 @@
  * and the mapping of Vulkan errors to statuses. The module's files: vk_instance.c (instance, validation
  * messages, device selection and tuning, device open, close and info), vk_memory.c (buffers), vk_pipeline.c
  * (the pipeline cache: embedded SPIR-V specialized per pool layout), vk_submit.c (one call's command
- * recording and submission), vk_pool.c (page pools, page copies, page bytes read and written), vk_store.c (write, read),
- * vk_attend.c (attention), vk_bench.c (measurements); vk_internal.h declares what crosses them.
+ * recording and submission), vk_pool.c (page pools, page copies, page bytes read and written), vk_store.c
+ * (write, read), vk_attend.c (attention, Quest's choice), vk_bench.c (measurements); vk_internal.h declares
+ * what crosses them.
  *
  * Choices:
  * - One compute queue and one command buffer per device. Every ABI call records, submits and waits (the

@@ -32,7 +32,11 @@
 // (score_w NONE) keeps no scores: mass_keys.comp computes them again.
 //
 // Validity masks are per sequence, or per kv head (the host sets the sequence's mask_head_w to the words
-// of one kv head's mask): kv head h reads its mask at mask_w + h * mask_head_w.
+// of one kv head's mask): kv head h reads its mask at mask_w + h * mask_head_w. What a mask hides is never
+// read, and costs little: an item whose ranges hold no set bit of its kv head's mask skips its blocks (one
+// barrier to agree), and a block with no set bit is skipped whole, decided uniformly from the block's few
+// mask words before phase A (MASS still stores its NEG scores). Skipping changes no result: a block that
+// sees nothing leaves m, l and o as they were. That is what makes Quest's and H2O's / SnapKV's masks cheap.
 //
 // Loops over the register arrays (score, acc, xv: trip counts are specialization constants) are marked
 // [[unroll]] so that the arrays stay in registers.
@@ -110,6 +114,7 @@ shared float red_l[NQ_MAX * NSG_MAX];    // per subgroup block sums of p
 shared float st_m[NQ_MAX], st_l[NQ_MAX], st_c[NQ_MAX]; // running max, running sum, rescale factor
 shared int tok_page[2 * WG_SIZE];        // by block parity: page of token k, RING_TOKEN or NO_TOKEN
 shared uint tok_slot[2 * WG_SIZE];       // slot in the page (ring tokens: the position)
+shared uint live_sg[NSG_MAX];            // per subgroup: whether its share of the item's mask words has a bit
 
 float score[NQ_MAX];             // scores of this invocation's token
 float acc[UPI * NQ_MAX * CPI];   // output accumulators: [unit][vector][channel]
@@ -284,6 +289,42 @@ void init_item(Item it, uint lid) {
     [[unroll]] for (uint x = 0u; x < UPI * NQ_MAX * CPI; x++) acc[x] = 0.0;
 }
 
+// ---- masks: whether tokens [lo, hi) have a set bit in the mask at mask_w, looking at the words
+// first, first + step, ... of the range (every invocation: 0, 1; one share each: lid, WG_SIZE) ----
+bool mask_any(uint mask_w, uint lo, uint hi, uint first, uint step) {
+    if (lo >= hi) return false;
+    const uint w0 = lo >> 5, w1 = (hi - 1u) >> 5;
+    for (uint w = w0 + first; w <= w1; w += step) {
+        uint bits = in_u(mask_w + w);
+        if (w == w0) bits &= ~0u << (lo & 31u);
+        if (w == w1 && (hi & 31u) != 0u) bits &= ~(~0u << (hi & 31u));
+        if (bits != 0u) return true;
+    }
+    return false;
+}
+
+// The tokens of visible-range indices [v0, v1) of the item: [a0, a1) then [b0, b1) laid end to end.
+bool item_any(Item it, uint v0, uint v1, uint first, uint step) {
+    bool any = false;
+    if (v0 < it.len_a) any = mask_any(it.mask_w, it.a0 + v0, it.a0 + min(v1, it.len_a), first, step);
+    if (v1 > it.len_a)
+        any = any || mask_any(it.mask_w, it.b0 + (max(v0, it.len_a) - it.len_a), it.b0 + (v1 - it.len_a), first, step);
+    return any;
+}
+
+// MASS: a skipped block's tokens still get their NEG scores (mass.comp reads every token of the ranges).
+void mass_skip(Item it, uint blk, uint lid) {
+    uint v = blk * WG_SIZE + lid;
+    if (v >= it.n_vis || it.score_w == NONE) return;
+    uint t = v < it.len_a ? it.a0 + v : it.b0 + (v - it.len_a);
+    [[unroll]] for (uint i = 0u; i < NQ_MAX; i++) {
+        uint row = it.qrow0 + i / it.nheads;
+        if (i < it.nq && row >= it.mass_row0)
+            scratch[it.score_w + ((row - it.mass_row0) * pc.n_heads_q + it.head0 + i % it.nheads) * it.kv_len + t] =
+                floatBitsToUint(NEG);
+    }
+}
+
 // ---- A: visibility and scores of token lid of block blk; its page and slot into tok_* (buffer tb), the
 // subgroup maxima into red_m ----
 void phase_a(Item it, uint blk, uint lid, uint tb, bool elect, uint sg) {
@@ -333,13 +374,13 @@ void phase_a(Item it, uint blk, uint lid, uint tb, bool elect, uint sg) {
     }
 }
 
-// ---- B, first half: new running maxima; fold the previous block's sum into l ----
-void phase_b_max(uint blk, uint lid) {
+// ---- B, first half: new running maxima; fold the previous walked block's sum into l (done: blocks walked) ----
+void phase_b_max(uint done, uint lid) {
     for (uint i = lid; i < NQ_MAX; i += WG_SIZE) {
         float mb = NEG, l = st_l[i];
         for (uint g = 0u; g < gl_NumSubgroups; g++) {
             mb = max(mb, red_m[i * NSG_MAX + g]);
-            if (blk > 0u) l += red_l[i * NSG_MAX + g];
+            if (done > 0u) l += red_l[i * NSG_MAX + g];
         }
         float mo = st_m[i], mn = max(mo, mb);
         float corr = mo == NEG ? 0.0 : exp(mo - mn);
@@ -378,9 +419,9 @@ void phase_c(uint kvh, uint rs, uint tb, uint slice, uint unit0) {
     }
 }
 
-// ---- the end: the last block's sum; the slices summed into qo (now free) as o[i][c] ----
-void sum_slices(uint n_blocks, uint lid, uint slice, uint unit0, bool c_active) {
-    if (n_blocks > 0u)
+// ---- the end: the last walked block's sum; the slices summed into qo (now free) as o[i][c] ----
+void sum_slices(uint done, uint lid, uint slice, uint unit0, bool c_active) {
+    if (done > 0u)
         for (uint i = lid; i < NQ_MAX; i += WG_SIZE)
             for (uint g = 0u; g < gl_NumSubgroups; g++) st_l[i] += red_l[i * NSG_MAX + g];
     for (uint s2 = 0u; s2 < TS; s2++) {
@@ -429,10 +470,10 @@ void finalize(Item it, uint lid) {
         }
 }
 
-// ---- or write the partial (m, l, o[D_V]) for reduce.comp ----
-void write_partial(Item it, uint lid) {
+// ---- or write the partial (m, l, o[D_V]) for reduce.comp (which reads no o of a chunk with l == 0) ----
+void write_partial(Item it, uint lid, bool saw) {
     uint base = pc.part_w + it.part;
-    for (uint x = lid; x < it.nq * D_V; x += WG_SIZE) {
+    for (uint x = lid; saw && x < it.nq * D_V; x += WG_SIZE) {
         uint i = x / D_V, c = x % D_V;
         scratch[base + i * (D_V + 2u) + 2u + c] = floatBitsToUint(qo[x / 4u][x % 4u]);
     }
@@ -454,24 +495,40 @@ void attend_main() {
     const bool c_active = slice < TS;
     const bool elect = subgroupElect();
     const uint sg = gl_SubgroupID;
+    const bool masked = it.mask_w != NONE;
+    if (masked) { // whether any of the item's tokens is in its kv head's mask: each invocation a share of the words
+        uint any = subgroupMax(item_any(it, 0u, it.n_vis, lid, WG_SIZE) ? 1u : 0u);
+        if (elect) live_sg[sg] = any;
+    }
     barrier();
 
-    const uint n_blocks = (it.n_vis + WG_SIZE - 1u) / WG_SIZE;
+    uint n_blocks = (it.n_vis + WG_SIZE - 1u) / WG_SIZE;
+    if (masked && !(MASS != 0u && it.score_w != NONE)) {
+        uint live = 0u;
+        for (uint g = 0u; g < gl_NumSubgroups; g++) live |= live_sg[g];
+        if (live == 0u) n_blocks = 0u;
+    }
+    uint done = 0u; // blocks walked; the tok_* buffers alternate by it
     for (uint blk = 0u; blk < n_blocks; blk++) {
-        const uint tb = (blk & 1u) * WG_SIZE; // tok_* buffer of this block
+        if (masked && !item_any(it, blk * WG_SIZE, min(blk * WG_SIZE + WG_SIZE, it.n_vis), 0u, 1u)) {
+            if (MASS != 0u) mass_skip(it, blk, lid);
+            continue; // uniform: every invocation read the same words
+        }
+        const uint tb = (done & 1u) * WG_SIZE; // tok_* buffer of this block
         phase_a(it, blk, lid, tb, elect, sg);
         barrier();
-        phase_b_max(blk, lid);
+        phase_b_max(done, lid);
         barrier();
         phase_b_weights(lid, elect, sg);
         barrier();
         if (c_active) phase_c(it.kvh, it.rs, tb, slice, unit0);
+        done++;
     }
     barrier();
 
-    sum_slices(n_blocks, lid, slice, unit0, c_active);
+    sum_slices(done, lid, slice, unit0, c_active);
     if (it.part == NONE)
         finalize(it, lid);
     else
-        write_partial(it, lid);
+        write_partial(it, lid, done > 0u);
 }

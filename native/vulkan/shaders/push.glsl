@@ -93,10 +93,23 @@
 // quest_score.comp
 #define GOKV_PUSH_QUEST_SCORE(X)                                                                             \
     X(PUSH_UINT, n_items)   /* entries * N_KV_HEADS */                                                       \
-    X(PUSH_UINT, entry_w)   /* 2 words per page-table entry in up: page (NONE: scores -inf), query word */   \
-    X(PUSH_UINT, out_w)     /* B [entries][N_KV_HEADS] in down */                                            \
+    X(PUSH_UINT, entry_w)   /* 2 words per page-table entry in the inputs: page (NONE: -inf), query word */  \
+    X(PUSH_UINT, out_w)     /* B [entries][N_KV_HEADS] in scratch */                                         \
     X(PUSH_UINT, bounds_w)  /* first word of the key bounds in pages */                                      \
-    X(PUSH_UINT, group)     /* query heads per kv head */
+    X(PUSH_UINT, group)     /* query heads per kv head */                                                    \
+    X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl) */
+
+// quest_select.comp
+#define GOKV_PUSH_QUEST_SELECT(X)                                                                            \
+    X(PUSH_UINT, n_items)   /* n_seqs * N_KV_HEADS */                                                        \
+    X(PUSH_UINT, qseq_w)    /* Quest's sequence table in the inputs (QSEQ_WORDS each) */                     \
+    X(PUSH_UINT, b_w)       /* B [entries][N_KV_HEADS] in scratch (quest_score.comp) */                      \
+    X(PUSH_UINT, bounds_out_w) /* quest_bounds: a copy of B in down, or NONE */                              \
+    X(PUSH_UINT, sel_out_w) /* quest_selected [n_seqs][N_KV_HEADS][k] in down, or NONE */                    \
+    X(PUSH_UINT, k)         /* quest_pages */                                                                \
+    X(PUSH_UINT, n_sink_tokens)                                                                              \
+    X(PUSH_UINT, recent)    /* quest_recent */                                                               \
+    X(PUSH_UINT, in_base)   /* staged inputs in scratch (attend_inputs.glsl); the masks are written there */
 
 #if defined(__STDC_VERSION__) || defined(__cplusplus)
 // C: the types; vk_internal.h makes the structs (VKB_PUSH_STRUCT)

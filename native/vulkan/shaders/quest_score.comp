@@ -1,14 +1,14 @@
-// quest_score.comp: Quest's page bounds (gokv_attend_desc.quest_pages): for each page-table entry of a
-// sequence with a decode row and each kv head,
+// quest_score.comp: Quest's page bounds (gokv_attend_desc.quest_pages), the first pass of a Quest call
+// (vk_attend.c): for each page-table entry of a sequence with a decode row and each kv head,
 //     B = max over the kv head's query heads h of Σ_c max(q_hc · min_c, q_hc · max_c)
 // from the page's key bounds alone (store_bounds.comp keeps them after the pool's pages), summed over the
 // channels in order as native/cpu/quest.c's scalar path does; -inf for entries the host marks NONE
-// (released pages, pages with no key yet, sequences without a query row).
+// (released pages, pages with no key yet, sequences without a query row). quest_select.comp chooses the
+// pages from them.
 //
-// One invocation per (entry, kv head).
-// up: 2 words per entry at entry_w: page (NONE: -inf), the word of query head kvh * group = 0 of the
-//     sequence's row in up (queries [rows][group * N_KV_HEADS][D_K]).
-// down: B as floats [entries][N_KV_HEADS] at out_w.
+// One invocation per (entry, kv head). Inputs (attend_inputs.glsl: staged in scratch on a Quest call):
+// 2 words per entry at entry_w: page (NONE: -inf), the word of query head 0 of the sequence's row
+// (queries [rows][group * N_KV_HEADS][D_K]). Out: B as floats [entries][N_KV_HEADS] at scratch word out_w.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x_id = 28) in;
@@ -21,11 +21,13 @@ layout(local_size_x_id = 28) in;
 #include "push.glsl"
 PUSH_BLOCK(GOKV_PUSH_QUEST_SCORE); // the fields: push.glsl
 
+#include "attend_inputs.glsl"
+
 void main() {
     uint item = store_item();
     if (item >= pc.n_items) return;
     uint e = item / N_KV_HEADS, head = item % N_KV_HEADS;
-    uint page = up[pc.entry_w + 2u * e], q0 = up[pc.entry_w + 2u * e + 1u];
+    uint page = in_u(pc.entry_w + 2u * e), q0 = in_u(pc.entry_w + 2u * e + 1u);
     float best = -1.0 / 0.0;
     if (page != 0xffffffffu) {
         uint lo_h = (pc.bounds_w + (page * N_KV_HEADS + head) * D_K) * 2u; // half index of the min row
@@ -33,7 +35,7 @@ void main() {
         for (uint g = 0u; g < pc.group; g++) {
             precise float acc = 0.0;
             for (uint c = 0u; c < D_K; c++) {
-                float q = up_f(qw + g * D_K + c);
+                float q = in_f(qw + g * D_K + c);
                 precise float a = q * page_half(lo_h + c);
                 precise float b = q * page_half(lo_h + D_K + c);
                 acc += a > b ? a : b;
@@ -41,5 +43,5 @@ void main() {
             best = acc > best ? acc : best;
         }
     }
-    down[pc.out_w + item] = floatBitsToUint(best);
+    scratch[pc.out_w + item] = floatBitsToUint(best);
 }
