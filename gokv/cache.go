@@ -85,6 +85,9 @@ type Cache struct {
 	// onCompact, when set (tests), sees each compaction before the state moves: the survivors (slots) of
 	// each (layer of the group, kv head), the compacted length and the sinks
 	onCompact func(s *Sequence, gi int, keep [][][]int, V, sinks int)
+	// rings: released KIVI sequences' residual slots kept for prefix reuse, oldest first (prefix.go)
+	rings    []cachedRing
+	ringSalt pageKey
 
 	// life is held shared by every native call on the pools, exclusively by Close. closed is written
 	// under both life and mu, so either lock makes reading it safe.
@@ -101,11 +104,12 @@ type layerGroup struct {
 	index  int
 	rule   groupRule
 	layers []int
-	kivi   []Format // the KIVI formats among its layers: they delay eviction and widen writes
-	plain  bool     // some layer of the group has a non-KIVI format (writes the new tokens' pages)
-	pages  int      // capacity
-	refs   []int32  // refcount per page id: sequences (and open steps) holding it
-	free   []int32  // free page ids, a stack (lowest id on top)
+	kivi   []Format  // the KIVI formats among its layers: they delay eviction and widen writes
+	plain  bool      // some layer of the group has a non-KIVI format (writes the new tokens' pages)
+	pages  int       // capacity
+	refs   []int32   // refcount per page id: sequences (and open steps) holding it
+	free   []int32   // free page ids, a stack (lowest id on top)
+	names  pageIndex // page names and cached pages (prefix.go)
 }
 
 // cacheLayer is one layer's storage.
@@ -240,7 +244,15 @@ func (e *Engine) NewCache(spec ModelSpec, opts CacheOptions) (*Cache, error) {
 		for j := range g.free {
 			g.free[j] = int32(g.pages - 1 - j)
 		}
+		g.names = newPageIndex(c.groupSalt(g), g.pages, c.quest == nil || !c.questLayer(g.layers[0]))
 	}
+	c.ringSalt = c.groupSalt(&layerGroup{layers: func() []int {
+		var ls []int
+		for _, cl := range c.layers {
+			ls = append(ls, cl.index)
+		}
+		return ls
+	}()})
 	c.slots = make([]int32, opts.MaxSequences)
 	for j := range c.slots {
 		c.slots[j] = int32(opts.MaxSequences - 1 - j)
@@ -507,11 +519,14 @@ type CacheStats struct {
 
 // GroupStats is the occupancy of one layer group.
 type GroupStats struct {
-	Layers     []int // the layers sharing the group's page tables
-	Window     int   // attention window of the group (0 = full attention, nothing evicted)
-	Sinks      int   // sink positions that are never evicted
-	PagesUsed  int   // pages held by sequences or reserved by open steps
-	PagesTotal int
+	Layers    []int // the layers sharing the group's page tables
+	Window    int   // attention window of the group (0 = full attention, nothing evicted)
+	Sinks     int   // sink positions that are never evicted
+	PagesUsed int   // pages held by sequences or reserved by open steps
+	// PagesCached: pages no sequence holds that keep their tokens for prefix reuse (NewSequenceFrom);
+	// allocations take them once no page is free
+	PagesCached int
+	PagesTotal  int
 }
 
 // Stats returns the cache's occupancy (zero after Close, and for a nil Cache).
@@ -527,14 +542,14 @@ func (c *Cache) Stats() CacheStats {
 	}
 	st.Sequences = len(c.seqs)
 	for _, g := range c.groups {
-		used := g.pages - len(g.free)
+		used := g.pages - g.available()
 		st.Groups = append(st.Groups, GroupStats{Layers: slices.Clone(g.layers), Window: g.rule.window,
-			Sinks: g.rule.sinks, PagesUsed: used, PagesTotal: g.pages})
+			Sinks: g.rule.sinks, PagesUsed: used, PagesCached: g.names.cached, PagesTotal: g.pages})
 		st.PagesUsed += used
 		st.PagesTotal += g.pages
 	}
 	for _, cl := range c.layers {
-		used := uint64(cl.group.pages - len(cl.group.free))
+		used := uint64(cl.group.pages - cl.group.available())
 		st.BytesUsed += used*(cl.pageBytes+cl.boundsBytes) + uint64(len(c.seqs))*cl.slotBytes
 		st.BytesReserved += uint64(cl.group.pages)*(cl.pageBytes+cl.boundsBytes) + uint64(c.opts.MaxSequences)*cl.slotBytes
 	}
@@ -543,22 +558,35 @@ func (c *Cache) Stats() CacheStats {
 
 // ---- page allocation (c.mu held) ----
 
-// alloc pops a free page and gives it one reference; the caller checked that enough are free.
+// alloc pops a free page, or else the oldest cached one (forgetting its name), and gives it one
+// reference; the caller checked that enough are available.
 func (g *layerGroup) alloc() int32 {
-	id := g.free[len(g.free)-1]
-	g.free = g.free[:len(g.free)-1]
+	var id int32
+	if len(g.free) > 0 {
+		id = g.free[len(g.free)-1]
+		g.free = g.free[:len(g.free)-1]
+	} else {
+		id = g.names.tail
+		g.names.removeCached(id)
+	}
+	g.names.dropName(id)
 	g.refs[id] = 1
 	return id
 }
 
-// unref drops one reference to page id and frees it at zero. Negative ids (released entries) are ignored.
+// unref drops one reference to page id; at zero a named page is cached, any other freed. Negative ids
+// (released entries) are ignored.
 func (g *layerGroup) unref(id int32) {
 	if id < 0 {
 		return
 	}
 	g.refs[id]--
 	if g.refs[id] == 0 {
-		g.free = append(g.free, id)
+		if g.names.named(id) {
+			g.names.pushCached(id)
+		} else {
+			g.free = append(g.free, id)
+		}
 	}
 }
 

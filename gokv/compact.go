@@ -88,7 +88,7 @@ func (c *Cache) compactGroupLocked(s *Sequence, gi int) error {
 		}
 	}
 	have, want := len(s.tables[gi]), ceilDiv(V, P)
-	if freed := have - want; freed < 1 || freed*compactShare < have || want > len(g.free) {
+	if freed := have - want; freed < 1 || freed*compactShare < have || want > g.available() {
 		return nil
 	}
 	sinks := min(c.spec.SinkTokens, n)

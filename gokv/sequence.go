@@ -25,6 +25,11 @@ type Sequence struct {
 	// its position minus shift), and the length at the last compaction (Truncate cannot go below it).
 	shift     []int
 	compacted []int
+	// Prefix reuse (prefix.go): the token ids, while every step gave them (untracked once one did not),
+	// and per group the names of the full pages they fill.
+	tokens    []int32
+	untracked bool
+	chain     [][]pageKey
 	step      *Step         // the open step holding the sequence, or nil
 	heads     [][]headState // token rules: per layer (nil for layers they do not govern), per kv head
 	snapDone  bool          // SnapKV: the prefill is over and its decision made
@@ -46,18 +51,23 @@ func (c *Cache) NewSequence() (*Sequence, error) {
 	if c.closed {
 		return nil, newErr(op, ErrorClosed, "cache is closed")
 	}
-	if len(c.slots) == 0 {
+	if c.slotsAvailable() == 0 {
 		return nil, &CapacityError{Op: op, Group: -1, Needed: 1, Free: 0, Total: c.opts.MaxSequences, Detail: "new sequence"}
 	}
 	return c.newSequenceLocked(), nil
 }
 
-// newSequenceLocked takes a slot and registers an empty sequence; c.mu is held and a slot is free.
+// newSequenceLocked takes a slot and registers an empty sequence; c.mu is held and a slot is available.
 func (c *Cache) newSequenceLocked() *Sequence {
-	slot := c.slots[len(c.slots)-1]
-	c.slots = c.slots[:len(c.slots)-1]
+	slot, _ := c.takeSlotLocked(-1)
+	return c.registerSequenceLocked(slot)
+}
+
+// registerSequenceLocked registers an empty sequence in slot; c.mu is held.
+func (c *Cache) registerSequenceLocked(slot int32) *Sequence {
 	s := &Sequence{c: c, id: c.nextID, slot: slot, tables: make([][]int32, len(c.groups)), evicted: make([]int, len(c.groups)),
-		shift: make([]int, len(c.groups)), compacted: make([]int, len(c.groups)), heads: c.newHeads()}
+		shift: make([]int, len(c.groups)), compacted: make([]int, len(c.groups)), chain: make([][]pageKey, len(c.groups)),
+		heads: c.newHeads()}
 	c.nextID++
 	c.seqs[s.id] = s
 	return s
@@ -130,7 +140,7 @@ func (s *Sequence) Fork() (*Sequence, error) {
 	if err := s.usable(op); err != nil {
 		return nil, err
 	}
-	if len(c.slots) == 0 {
+	if c.slotsAvailable() == 0 {
 		return nil, &CapacityError{Op: op, Group: -1, Needed: 1, Free: 0, Total: c.opts.MaxSequences,
 			Detail: "fork of sequence " + itoa(s.id)}
 	}
@@ -142,6 +152,7 @@ func (s *Sequence) Fork() (*Sequence, error) {
 			}
 			err := cl.pool.Copy(bridge.CopyBatch{SrcSlots: []int32{s.slot}, DstSlots: []int32{child.slot}})
 			if err != nil {
+				c.slots = append(c.slots, child.slot)
 				c.dropSequenceLocked(child)
 				return nil, wrapErr(op, "layer "+itoa(cl.index)+": copying the residual ring of sequence "+itoa(s.id), err)
 			}
@@ -159,6 +170,10 @@ func (s *Sequence) Fork() (*Sequence, error) {
 	copy(child.evicted, s.evicted)
 	copy(child.shift, s.shift)
 	copy(child.compacted, s.compacted)
+	child.tokens, child.untracked = slices.Clone(s.tokens), s.untracked
+	for gi := range s.chain {
+		child.chain[gi] = slices.Clone(s.chain[gi])
+	}
 	// Token rules: the child starts from the parent's visibility and scores, then decides on its own.
 	child.heads, child.snapDone = cloneHeads(s.heads), s.snapDone
 	if s.questRead != nil {
@@ -234,6 +249,7 @@ func (s *Sequence) Truncate(n int) error {
 		s.evicted[gi] = min(s.evicted[gi], keep)
 	}
 	_ = c.truncateTokensLocked(s, n, true)
+	c.dropOverwrittenNamesLocked(s, n)
 	s.length = n
 	return nil
 }
@@ -265,11 +281,15 @@ func (s *Sequence) Release() error {
 	if s.step != nil {
 		return newErr(op, ErrorInvalid, "sequence %d is in an open step; Commit or Abort it first", s.id)
 	}
+	if !c.keepRingLocked(s) {
+		c.slots = append(c.slots, s.slot)
+	}
 	c.dropSequenceLocked(s)
 	return nil
 }
 
-// dropSequenceLocked frees s's pages and slot and unregisters it; c.mu is held.
+// dropSequenceLocked drops s's pages (named ones stay cached) and unregisters it; the caller gives its
+// slot back (or keeps it as a cached ring); c.mu is held.
 func (c *Cache) dropSequenceLocked(s *Sequence) {
 	for gi, g := range c.groups {
 		for _, id := range s.tables[gi] {
@@ -277,7 +297,6 @@ func (c *Cache) dropSequenceLocked(s *Sequence) {
 		}
 		s.tables[gi] = nil
 	}
-	c.slots = append(c.slots, s.slot)
 	delete(c.seqs, s.id)
 	s.released = true
 }

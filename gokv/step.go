@@ -16,6 +16,10 @@ import (
 type StepEntry struct {
 	Seq       *Sequence
 	NewTokens int
+	// Tokens are the new tokens' ids (len NewTokens), optional: with them the cache names the pages they
+	// fill, so that NewSequenceFrom can reuse them (prefix.go); a step without them ends the sequence's
+	// reuse from then on.
+	Tokens []int32
 }
 
 // Step is one batched forward step over several sequences: Begin reserves the pages of the new tokens,
@@ -35,6 +39,7 @@ type Step struct {
 
 	seqs      []*Sequence
 	newTokens []int
+	tokens    [][]int32 // [n] the entries' token ids (nil: unknown)
 	rows      int
 	tokIndptr []int32 // [n+1] rows of each entry (write and attend)
 	startPos  []int32 // [n] length of each sequence before the step
@@ -94,7 +99,7 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 		return nil, newErr(op, ErrorClosed, "cache is closed")
 	}
 	n := len(entries)
-	st := &Step{c: c, seqs: make([]*Sequence, n), newTokens: make([]int, n), tokIndptr: make([]int32, n+1),
+	st := &Step{c: c, seqs: make([]*Sequence, n), newTokens: make([]int, n), tokens: make([][]int32, n), tokIndptr: make([]int32, n+1),
 		startPos: make([]int32, n), kvLen: make([]int32, n), slots: make([]int32, n),
 		groups: make([]stepGroup, len(c.groups)), ran: make([]bool, len(c.layers)), stored: make([]bool, len(c.layers))}
 	seen := make(map[*Sequence]int, n)
@@ -109,6 +114,8 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 			return nil, newErr(op, ErrorInvalid, "entry %d: sequence %d belongs to another cache", i, s.id)
 		case e.NewTokens < 1:
 			return nil, newErr(op, ErrorInvalid, "entry %d (sequence %d): NewTokens %d must be >= 1", i, s.id, e.NewTokens)
+		case e.Tokens != nil && len(e.Tokens) != e.NewTokens:
+			return nil, newErr(op, ErrorInvalid, "entry %d (sequence %d): len(Tokens) = %d, want NewTokens = %d", i, s.id, len(e.Tokens), e.NewTokens)
 		case int64(s.length)+int64(e.NewTokens) > math.MaxInt32:
 			return nil, newErr(op, ErrorInvalid, "entry %d (sequence %d): %d + %d tokens exceed the ABI's 2^31-1 positions", i, s.id, s.length, e.NewTokens)
 		}
@@ -119,7 +126,7 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 		if err := s.usable(op); err != nil {
 			return nil, err
 		}
-		st.seqs[i], st.newTokens[i] = s, e.NewTokens
+		st.seqs[i], st.newTokens[i], st.tokens[i] = s, e.NewTokens, slices.Clone(e.Tokens)
 		st.rows += e.NewTokens
 		if st.rows > math.MaxInt32 {
 			return nil, newErr(op, ErrorInvalid, "the step has more than 2^31-1 new tokens")
@@ -161,7 +168,7 @@ func (c *Cache) Begin(entries ...StepEntry) (*Step, error) {
 				}
 			}
 		}
-		if free := len(g.free); need > free {
+		if free := g.available(); need > free {
 			detail := ""
 			if g.rule.window > 0 {
 				detail = fmt.Sprintf("; window %d, sinks %d: windowed groups hold MaxSequences windows plus MaxStepTokens new tokens, split long prefills or raise MaxStepTokens",
@@ -461,6 +468,12 @@ func (st *Step) Commit() error {
 	for i, s := range st.seqs {
 		s.length = int(st.kvLen[i])
 		s.step = nil
+		if st.tokens[i] == nil || s.untracked {
+			s.untracked, s.tokens, s.chain = true, nil, make([][]pageKey, len(c.groups))
+		} else {
+			s.tokens = append(s.tokens, st.tokens[i]...)
+			c.nameStepPagesLocked(s, int(st.startPos[i]))
+		}
 		for gi := range c.groups {
 			c.evictLocked(s, gi)
 		}
