@@ -345,6 +345,33 @@ TEST_P(StoredBytesValidation, SetSlotBytesRejects) {
                     "q8 ring");
 }
 
+/* Loaded bytes count in the score-range guard (gokv.h: an attention whose scores could leave float32's range
+ * is refused) as written ones do: a page of keys near 1e30 copied into a fresh pool makes the same query
+ * refused there, where without them it would pass the guard and overflow in the kernel. */
+TEST_P(StoredBytesValidation, LoadedPagesCountInTheScoreRange) {
+    PoolCfg c0;
+    c0.n_pages = 2;
+    PoolPtr a = make_pool(dut(), c0), b = make_pool(dut(), c0);
+    ASSERT_TRUE(a && b);
+    Allocator alloc(c0, 91u);
+    Seq s = alloc.new_seq(8);
+    ASSERT_EQ(append1(a.get(), c0, s, std::vector<float>(8 * 64, 1e30f), std::vector<float>(8 * 64, 1.0f)), GOKV_OK)
+        << gokv_last_error();
+    const std::vector<uint8_t> page = page_bytes(a.get(), s.pages[0]);
+    ASSERT_EQ(gokv_pool_set_page_bytes(b.get(), s.pages[0], page.data(), page.size(), 8), GOKV_OK) << gokv_last_error();
+    AttnSeq as;
+    as.kv_len = 8;
+    as.q_pos = 7;
+    as.pages = s.table(8, c0.page_size);
+    const std::vector<float> q(64, 1e7f);
+    std::vector<float> out;
+    for (gokv_pool *pool : {a.get(), b.get()}) {
+        const std::string what = pool == a.get() ? "written pool" : "loaded pool";
+        const gokv_status st = attend(dut(), pool, c0, {as}, q, AttnOpts{}, out);
+        expect_rejected(st, {GOKV_EINVAL, "largest stored |k|"}, what);
+    }
+}
+
 GOKV_INSTANTIATE_ON_BACKENDS(StoredBytesValidation);
 
 } // namespace
