@@ -1,7 +1,8 @@
 /*
  * gokv_core.c: the C core behind gokv.h. Status names, the thread-local last error, the log callback,
  * the backend registry, and the handles. Argument validation lives in gokv_validate.c; this file only
- * dispatches what validated to the backend table (docs/architecture.md §3).
+ * dispatches what validated to the backend table (docs/architecture.md §3). Pages and rings written as
+ * stored, and rows gathered between pages, are in gokv_pages.c.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
