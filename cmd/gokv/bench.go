@@ -56,8 +56,12 @@ func newBenchCmd(g *globalOpts) *cobra.Command {
                        the read pages and every page's bounds
   h2o:BUDGET:RECENT    emulated: per sequence and kv head a validity mask keeping BUDGET tokens (the 4
   snapkv:BUDGET:WINDOW sinks, the RECENT / WINDOW newest, the rest drawn uniformly at random from the older
-                       tokens, as heavy hitters); pages no kv head sees are released; bytes_read counts
-                       the kept tokens (BUDGET: tokens or a fraction of the context, e.g. 1/8)
+                       tokens, as heavy hitters); bytes_read counts the kept tokens (BUDGET: tokens or a
+                       fraction of the context, e.g. 1/8). f32, f16, q8 and q4 caches compact the kept
+                       rows into fresh pages once that frees a quarter of a sequence's pages, so a decode
+                       sees at most 4/3 BUDGET slots: the row times that worst case (the kept tokens among
+                       the first 4/3 BUDGET slots). KIVI keeps its holes: the row attends all the context's
+                       pages with the masks, the pages no kv head sees released
   sinkwindow:S:W       the attention window: the S first and W last tokens
 Only full rows get the dequantize baseline and prefill rows.
 
@@ -403,7 +407,7 @@ func benchEvictionNotes(evs []evalEviction) []string {
 		case "quest":
 			out = append(out, "quest: the kernels score every page's key bounds and read the chosen pages plus the 4 sink tokens' and the recent tokens' pages, in the timed call; MB read = read pages + every page's bounds")
 		case "h2o", "snapkv":
-			out = append(out, kind+": emulated with per-kv-head masks keeping BUDGET tokens (4 sinks, the newest RECENT/WINDOW, the rest drawn at random) and the pages no kv head sees released; MB read = kept tokens x bytes per token")
+			out = append(out, kind+": emulated with per-kv-head masks keeping BUDGET tokens (4 sinks, the newest RECENT/WINDOW, the rest drawn at random); f32/f16/q8/q4 over 4/3 BUDGET compacted slots (the most a decode sees between compactions), KIVI over the whole context with the pages no kv head sees released; MB read = kept tokens x bytes per token")
 		case "sinkwindow":
 			out = append(out, "sinkwindow: the attention window (S sinks + the last W tokens); MB read = those tokens x bytes per token")
 		}
@@ -461,6 +465,11 @@ func benchPolicyFor(ev evalEviction, lay seqLayout, pool *gokv.PagedPool, f gokv
 		_, budget := ev.policy(S)
 		budget = min(budget, S)
 		protect := min(ev.second, S)
+		kept := min(S, max(budget, min(sinks, S)+protect))
+		full := S // the slots a decode sees: every token, or the compacted worst case (gokv/compact.go)
+		if !f.Kind.IsKIVI() {
+			S = min(S, (4*kept+2)/3)
+		}
 		words := (S + 31) / 32
 		mask := make([]uint32, B*H*words)
 		indptr := make([]int32, B+1)
@@ -498,9 +507,22 @@ func benchPolicyFor(ev evalEviction, lay seqLayout, pool *gokv.PagedPool, f gokv
 				}
 			}
 		}
-		kept := min(S, max(budget, min(sinks, S)+protect))
-		pol.apply = func(a *gokv.PagedAttend) {
-			a.ValidMask, a.ValidIndptr, a.MaskPerKVHead, a.PageIDs = mask, indptr, true, ids
+		if S == full {
+			pol.apply = func(a *gokv.PagedAttend) {
+				a.ValidMask, a.ValidIndptr, a.MaskPerKVHead, a.PageIDs = mask, indptr, true, ids
+			}
+		} else { // compacted: each sequence's first ceil(S/P) pages hold its S slots
+			n := (S + P - 1) / P
+			var cids []int32
+			pindptr, kvLen, qPos := make([]int32, B+1), make([]int32, B), make([]int32, B)
+			for s := 0; s < B; s++ {
+				cids = append(cids, ids[s*lay.pagesPerSeq:s*lay.pagesPerSeq+n]...)
+				pindptr[s+1], kvLen[s], qPos[s] = int32(len(cids)), int32(S), int32(S-1)
+			}
+			pol.apply = func(a *gokv.PagedAttend) {
+				a.ValidMask, a.ValidIndptr, a.MaskPerKVHead = mask, indptr, true
+				a.PageIndptr, a.PageIDs, a.KVLen, a.QPos = pindptr, cids, kvLen, qPos
+			}
 		}
 		pol.bytes = float64(B) * float64(kept) * perToken
 		pol.visible = float64(kept)

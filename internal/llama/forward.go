@@ -68,7 +68,11 @@ type cacheAttention struct{ c *gokv.Cache }
 func (a cacheAttention) begin(entries []Entry) (attentionStep, []int, error) {
 	se := make([]gokv.StepEntry, len(entries))
 	for i, e := range entries {
-		se[i] = gokv.StepEntry{Seq: e.Seq, NewTokens: len(e.Tokens)}
+		ids := make([]int32, len(e.Tokens)) // the cache names the pages they fill, for prefix reuse
+		for j, t := range e.Tokens {
+			ids[j] = int32(t)
+		}
+		se[i] = gokv.StepEntry{Seq: e.Seq, NewTokens: len(e.Tokens), Tokens: ids}
 	}
 	st, err := a.c.Begin(se...)
 	if err != nil {
