@@ -229,7 +229,10 @@ gokv_status gokv_pool_gather_rows(gokv_pool *pool, const gokv_gather_desc *desc)
  * many leading slots hold tokens (KIVI: tokens quantized into the page, a multiple of g); in a pool with
  * key_bounds the page's bounds are recomputed from the stored keys of those slots, as writes of them
  * would have left them. gokv_pool_set_slot_bytes writes KIVI residual slot `slot` (its ring bytes, every
- * fp16 finite). Optional per backend (GOKV_ENOTSUP naming it).
+ * fp16 finite). Both raise the pool's recorded largest |k| and |v| (the score-range check of attention) to
+ * cover what the loaded bytes read as, as writes do. Slots past n_tokens are written as given and not
+ * checked: a caller must not attend them (kv_len within the tokens it loaded). Optional per backend
+ * (GOKV_ENOTSUP naming it).
  */
 gokv_status gokv_pool_set_page_bytes(gokv_pool *pool, int32_t page, const void *bytes, uint64_t n_bytes,
                                      int32_t n_tokens);
