@@ -204,7 +204,7 @@ func (c *Cache) snapshotLocked(op string, seqs []*Sequence) (*savedFile, map[str
 		index[gi] = map[int32]int32{}
 	}
 	for _, s := range seqs {
-		ss := savedSequence{Length: s.length, SnapDone: s.snapDone}
+		ss := savedSequence{Length: s.length, SnapDone: s.snapDone, Untracked: !s.tokenKnown()}
 		for gi := range c.groups {
 			table := make([]int32, len(s.tables[gi]))
 			for j, id := range s.tables[gi] {
@@ -251,6 +251,15 @@ func (c *Cache) snapshotLocked(op string, seqs []*Sequence) (*savedFile, map[str
 	}
 
 	data := make(map[string][]byte)
+	var tokens []byte
+	for _, s := range seqs {
+		if s.tokenKnown() {
+			for _, id := range s.tokens {
+				tokens = binary.LittleEndian.AppendUint32(tokens, uint32(id))
+			}
+		}
+	}
+	data[tokensName] = tokens
 	for l, cl := range c.layers {
 		pages := make([]byte, 0, uint64(len(ids[cl.group.index]))*cl.pageBytes)
 		for _, id := range ids[cl.group.index] {
@@ -403,12 +412,12 @@ func (c *Cache) compatible(f *savedFile) error {
 // roomLocked fails with a *CapacityError when c lacks the free pages or sequence slots f needs (c.mu held).
 func (c *Cache) roomLocked(op, name string, f *savedFile) error {
 	for gi, g := range c.groups {
-		if need, free := f.state.Groups[gi].Pages, len(g.free); need > free {
+		if need, free := f.state.Groups[gi].Pages, g.available(); need > free {
 			return &CapacityError{Op: op, Group: gi, Layers: slices.Clone(g.layers), Needed: need, Free: free, Total: g.pages,
 				Detail: "; loading " + name}
 		}
 	}
-	if need, free := len(f.state.Sequences), len(c.slots); need > free {
+	if need, free := len(f.state.Sequences), c.slotsAvailable(); need > free {
 		return &CapacityError{Op: op, Group: -1, Needed: need, Free: free, Total: c.opts.MaxSequences, Detail: "loading " + name}
 	}
 	return nil
@@ -539,6 +548,16 @@ func (c *Cache) installSequenceLocked(f *savedFile, k int, s *Sequence, ids [][]
 		}
 	}
 	s.snapDone = ss.SnapDone
+	s.untracked = ss.Untracked
+	if !ss.Untracked && ss.Length > 0 {
+		ids := f.tensor(tokensName)[f.tokenAt[k]*4:]
+		s.tokens = make([]int32, ss.Length)
+		for i := range s.tokens {
+			s.tokens[i] = int32(binary.LittleEndian.Uint32(ids[4*i:]))
+		}
+		// The pages are the bytes the tokens stored: they get their names back, for prefix reuse.
+		c.nameStepPagesLocked(s, 0)
+	}
 	if ss.QuestRead != nil {
 		s.questRead = make([][]int, len(ss.QuestRead))
 		for l, r := range ss.QuestRead {

@@ -25,6 +25,7 @@ import (
 //	layer.<l>.rings   U8  [sequences, ring bytes]           KIVI layers: every sequence's residual ring
 //	layer.<l>.hidden  U32 [words]                           token rules: the hidden bitsets, per sequence and kv head
 //	layer.<l>.scores  F32 [scores]                          token rules: the scores, per sequence and kv head
+//	tokens            I32 [tokens]                          prefix reuse: the token ids of the sequences that have them
 //
 // __metadata__ holds "format" ("gokv-cache"), "version" ("1"), "state" (savedState as JSON: the model,
 // formats, page size, policy, per-layer geometry, the layer groups, every sequence's state, and each
@@ -110,6 +111,9 @@ type savedSequence struct {
 	SnapDone bool          `json:"snap_done,omitempty"`
 	// QuestRead: Quest, per layer (null for layers it does not govern), per kv head; absent before a decode
 	QuestRead [][]int `json:"quest_read,omitempty"`
+	// Untracked: the cache does not know the sequence's token ids (some step did not give them); else its
+	// Length ids are next in the tokens tensor
+	Untracked bool `json:"untracked,omitempty"`
 }
 
 type savedSeqGroup struct {
@@ -144,6 +148,8 @@ func pagesName(l int) string  { return "layer." + strconv.Itoa(l) + ".pages" }
 func ringsName(l int) string  { return "layer." + strconv.Itoa(l) + ".rings" }
 func hiddenName(l int) string { return "layer." + strconv.Itoa(l) + ".hidden" }
 func scoresName(l int) string { return "layer." + strconv.Itoa(l) + ".scores" }
+
+const tokensName = "tokens"
 
 // ---- policies and specs ----
 
@@ -288,6 +294,8 @@ type savedFile struct {
 	headerLen uint64
 	// offsets of each (sequence, kv head) in each token layer's hidden and scores tensors, [layer][seq][head]
 	wordAt, scoreAt [][][]int
+	// tokenAt: offset of each sequence's token ids in the tokens tensor (untracked: -1)
+	tokenAt []int
 }
 
 type savedNamed struct {
@@ -578,6 +586,18 @@ func (f *savedFile) planTensors() error {
 			return err
 		}
 	}
+	f.tokenAt = make([]int, n)
+	tokens := 0
+	for si, s := range st.Sequences {
+		f.tokenAt[si] = -1
+		if !s.Untracked {
+			f.tokenAt[si] = tokens
+			tokens += s.Length
+		}
+	}
+	if err := add(tokensName, safetensors.I32, uint64(tokens)); err != nil {
+		return err
+	}
 	// The file's order: safetensors writes by descending dtype, then by name.
 	sort.Slice(f.tensors, func(i, j int) bool {
 		a, b := &f.tensors[i], &f.tensors[j]
@@ -764,11 +784,11 @@ func readSavedHeader(r io.ReaderAt, size int64) (*savedFile, error) {
 		end = f.tensors[k-1].begin + f.tensors[k-1].size
 	}
 	if data := uint64(size) - 8 - n; data != end {
-		what := "truncated"
+		what := "truncated, or a corrupted header length"
 		if data > end {
 			what = "bytes after the last tensor"
 		}
-		return nil, fmt.Errorf("the tensors need %d bytes after the header, the file has %d: %s", end, data, what)
+		return nil, fmt.Errorf("the tensors need %d bytes after the %d-byte header, the file has %d: %s", end, n, data, what)
 	}
 	// Everything parsed: the header must be exactly what writing it again gives.
 	views := make(map[string]savedTensor, len(f.tensors))

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,13 +56,29 @@ type saveRun struct {
 	rng *rand.Rand
 }
 
+// step runs entries with random inputs. Entries without Tokens get random token ids (so the cache names
+// their pages for prefix reuse); an entry whose Tokens is empty but not nil is run without ids.
 func (r saveRun) step(entries ...StepEntry) {
 	r.t.Helper()
 	rows := 0
-	for _, e := range entries {
+	for i, e := range entries {
 		rows += e.NewTokens
+		switch {
+		case e.Tokens == nil:
+			entries[i].Tokens = genTokens(r.rng, e.NewTokens)
+		case len(e.Tokens) == 0:
+			entries[i].Tokens = nil
+		}
 	}
 	saveStep(r.t, r.c, genSaveInputs(r.c.spec, r.rng, rows), entries...)
+}
+
+func genTokens(rng *rand.Rand, n int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = rng.Int32N(1000)
+	}
+	return ids
 }
 
 // twinStep runs the same step (same inputs) on the original sequences of a and the loaded ones of b and
@@ -74,7 +92,8 @@ func twinStep(t *testing.T, rng *rand.Rand, a *Cache, as []*Sequence, b *Cache, 
 		if i < len(newTokens) {
 			n = newTokens[i]
 		}
-		ea, eb = append(ea, StepEntry{Seq: as[i], NewTokens: n}), append(eb, StepEntry{Seq: bs[i], NewTokens: n})
+		ids := genTokens(rng, n)
+		ea, eb = append(ea, StepEntry{Seq: as[i], NewTokens: n, Tokens: ids}), append(eb, StepEntry{Seq: bs[i], NewTokens: n, Tokens: ids})
 		rows += n
 	}
 	in := genSaveInputs(a.spec, rng, rows)
@@ -117,6 +136,8 @@ type saveCase struct {
 	build func(r saveRun) []*Sequence
 	// check, when set, looks at the saved sequences before the save (e.g. that compaction happened)
 	check func(t *testing.T, c *Cache, seqs []*Sequence)
+	// reuse: a prompt starting with the first sequence's tokens reuses some of its pages
+	reuse bool
 }
 
 // forkedHistory: a long prompt, a fork (the two share pages), decode steps on both, and a third sequence.
@@ -132,7 +153,8 @@ func forkedHistory(prompt, decodes int) func(r saveRun) []*Sequence {
 		}
 		c, err := r.c.NewSequence()
 		require.NoError(r.t, err)
-		r.step(StepEntry{Seq: c, NewTokens: prompt/2 + 3}, StepEntry{Seq: a, NewTokens: 1})
+		// c's token ids are unknown to the cache: it is not tracked for prefix reuse.
+		r.step(StepEntry{Seq: c, NewTokens: prompt/2 + 3, Tokens: []int32{}}, StepEntry{Seq: a, NewTokens: 1})
 		d, err := c.Fork() // shares c's pages, not one of its own written
 		require.NoError(r.t, err)
 		return []*Sequence{a, b, c, d}
@@ -147,7 +169,7 @@ func saveCases() []saveCase {
 	for _, f := range []string{"f32", "f16", "q8:32", "q4:32", "kivi2:32:32", "kivi4:32:64"} {
 		cases = append(cases, saveCase{name: f, spec: spec,
 			opts:  CacheOptions{Format: MustParseFormat(f), PageSize: 32, MaxTokens: 2048, MaxSequences: 8},
-			build: forkedHistory(150, 20)})
+			build: forkedHistory(150, 20), reuse: !strings.HasPrefix(f, "kivi")})
 	}
 	cases = append(cases,
 		saveCase{name: "mixed-formats", spec: hybrid,
@@ -244,6 +266,34 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 			}
 			twinStep(t, rng, a, seqs, b, loaded, 5, 1, 9, 1)
 			requireSameState(t, a, seqs, b, loaded)
+
+			// Prefix reuse: the loaded pages are named as the originals are, so a new prompt starting
+			// with a's tokens reuses as much in both caches, and continues alike. (Pages the originals
+			// released stay cached in a, not saved: a may then reuse more.)
+			require.False(t, seqs[0].untracked)
+			require.True(t, loaded[2].untracked)
+			prompt := append(slices.Clone(seqs[0].tokens[:min(len(seqs[0].tokens), 70)]), 1, 2, 3)
+			cached := 0
+			for _, g := range a.Stats().Groups {
+				cached += g.PagesCached
+			}
+			na, ma, err := a.NewSequenceFrom(prompt)
+			require.NoError(t, err)
+			nb, mb, err := b.NewSequenceFrom(prompt)
+			require.NoError(t, err)
+			if cached == 0 {
+				assert.Equal(t, ma, mb, "tokens reused")
+				if tc.reuse {
+					assert.Positive(t, ma, "nothing reused")
+				}
+				twinStep(t, rng, a, []*Sequence{na}, b, []*Sequence{nb}, len(prompt)-ma)
+				seqs, loaded = append(seqs, na), append(loaded, nb)
+				requireSameState(t, a, seqs, b, loaded)
+			} else {
+				assert.LessOrEqual(t, mb, ma, "tokens reused")
+				require.NoError(t, na.Release())
+				require.NoError(t, nb.Release())
+			}
 			fa, err := seqs[1].Fork()
 			require.NoError(t, err)
 			fb, err := loaded[1].Fork()
