@@ -49,7 +49,7 @@ enum {
 };
 /* A block is gathered (attend_sparse) when at most SPARSE_NUM / SPARSE_DEN of its tokens are seen, and its rows
  * are at most GATHER_ROW_MAX bytes. */
-enum { SPARSE_NUM = 1, SPARSE_DEN = 2, GATHER_ROW_MAX = 1024 };
+enum { SPARSE_NUM = 3, SPARSE_DEN = 8, GATHER_ROW_MAX = 1024 };
 /* The most floats of kept scores a call holds (256 MiB): sequences past it have their scores computed again. */
 #define MASS_STORE_MAX ((int64_t)1 << 26)
 
@@ -349,14 +349,28 @@ static void prefetch_now(const cpu_prefetch *pf) {
 typedef struct head_rows {
     cpu_rows k, v;
     cpu_prefetch pk, pv; /* the hints for the scores kernel and for the values kernel (prefetch_now) */
+    block_vis vis;       /* what the item's queries see of it */
 } head_rows;
 
-static void block_head_rows(const attend_ctx *c, const block *b, int32_t h, head_rows *r) {
+/* Whether block b, of which v is seen, is gathered (attend_sparse): sc has gather buffers (masks), and few are seen. */
+static int gathered(const scratch *sc, const block *b, const block_vis *v) {
+    return sc->gather && v->nlive * SPARSE_DEN <= b->n * SPARSE_NUM;
+}
+
+/* The rows of kv head h (queries sc of sequence seq) in block b. A block nobody sees asks for nothing; a gathered
+ * one only for its keys (its seen values are asked for when it starts: attend_sparse). */
+static void block_head_rows(const attend_ctx *c, int32_t seq, const scratch *sc, int32_t nq, const block *b, int32_t h,
+                            head_rows *r) {
     const gokv_layout *L = c->L;
     r->k = block_rows(L, b, h, 0);
     r->v = block_rows(L, b, h, 1);
+    r->vis = block_visibility(c, seq, h, sc, nq, b);
     const cpu_rows *v = L->v_is_k_prefix ? NULL : &r->v; /* the keys already */
-    if (c->values_ask_all) {
+    if (r->vis.nlive == 0 || gathered(sc, b, &r->vis)) {
+        const cpu_rows *k = r->vis.nlive ? &r->k : NULL;
+        r->pk = cpu_rows_prefetch(c->values_ask_all ? NULL : k, NULL);
+        r->pv = cpu_rows_prefetch(c->values_ask_all ? k : NULL, NULL);
+    } else if (c->values_ask_all) {
         r->pk = cpu_rows_prefetch(NULL, NULL);
         r->pv = cpu_rows_prefetch(&r->k, v);
     } else {
@@ -554,6 +568,10 @@ static void attend_sparse(const attend_ctx *c, int32_t seq, int32_t h, const scr
     int32_t n = 0;
     for (int32_t w = 0; w < CPU_BLOCK / 32; w++)
         for (uint32_t x = v->live[w]; x; x &= x - 1) idx[n++] = (uint8_t)(w * 32 + __builtin_ctz(x));
+    for (int32_t j = 0; j < n; j++) { /* the seen values, asked for while the keys are gathered and scored */
+        cpu_prefetch_bytes(cpu_row_codes(rv, idx[j]), rv->row_stride);
+        if (rv->scale) cpu_prefetch_line(cpu_row_scale(rv, idx[j])), cpu_prefetch_line(cpu_row_bias(rv, idx[j]));
+    }
     cpu_rows gk = gather_rows(rk, idx, n, sc->gather);
     k->score_rows[enc](&gk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
@@ -589,13 +607,13 @@ static void attend_rows(const attend_ctx *c, int32_t seq, int32_t h, const scrat
     } else if (next) {
         rk.pf = &next->pk, rv.pf = &next->pv;
     }
-    const block_vis v = block_visibility(c, seq, h, sc, nq, b);
+    const block_vis v = r->vis;
     if (v.nlive == 0) { /* nothing seen: not read */
         if (c->store) keep_scores_of(c, seq, h, sc, nq, b, NULL, 0);
         if (next && k->spreads_prefetch) prefetch_now(&next->pk), prefetch_now(&next->pv);
         return;
     }
-    if (sc->gather && v.nlive * SPARSE_DEN <= b->n * SPARSE_NUM) {
+    if (gathered(sc, b, &v)) {
         attend_sparse(c, seq, h, sc, nq, b, &v, &rk, &rv);
         return;
     }
@@ -643,7 +661,7 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
         } else {
             b = page_block(L, c->pool, ids, t, lo, hi);
             if (!have_cur) { /* the range's first block (or one after a released page): asked for now */
-                block_head_rows(c, &b, it->kvh, cur);
+                block_head_rows(c, seq, sc, nq, &b, it->kvh, cur);
                 prefetch_now(&cur->pk);
                 prefetch_now(&cur->pv);
             }
@@ -663,10 +681,10 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
             block nb;
             have_cur = 0;
             if (!last) {
-                block_head_rows(c, &b, it->kvh + i + 1, nxt);
+                block_head_rows(c, seq, sc, nq, &b, it->kvh + i + 1, nxt);
                 have_cur = 1;
             } else if (next_block(L, c->pool, ids, b.next, hi, &nb)) {
-                block_head_rows(c, &nb, it->kvh, nxt);
+                block_head_rows(c, seq, sc, nq, &nb, it->kvh, nxt);
                 have_cur = 1;
             }
             attend_rows(c, seq, it->kvh + i, &sc[i], nq, &b, cur, have_cur ? nxt : NULL);

@@ -14,8 +14,13 @@
  * With -mass, each case is also timed with the attention mass output (gokv_attend_desc.mass, every token of
  * every kv head), and the ratio to the call without it is printed (columns "mass ms" and "x mass").
  *
+ * With -keep F[:SPAN], every call takes per-kv-head validity masks (GOKV_ATTEND_MASK_PER_KV_HEAD) as H2O and SnapKV
+ * pass them: the 4 sinks, the newest 64 tokens, and a random F of the others per kv head, drawn token by token or, with
+ * SPAN, in aligned spans of SPAN tokens (SPAN 128: whole pages); "ms" is then the masked call's.
+ *
  * Usage: bench_decode [S ...] [-f f16,q4,kivi2,q8] [-t threads] [-n reps] [-noscalar] [-nobaseline] [-avx2] [-mass]
- *                     [-bw GB/s] [-peak GFLOP/s] (skip the measurements); BENCH_CPU=1 also prints CPU ms per call
+ *                     [-keep F[:SPAN]] [-bw GB/s] [-peak GFLOP/s] (skip the measurements); BENCH_CPU=1 also prints
+ *                     CPU ms per call
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -60,7 +65,27 @@ typedef struct bench_case {
     int32_t format, S, n_pages, *ids;
     int32_t q_ind[2], p_ind[2], qpos, slot;
     float *q, *out;
+    uint32_t *mask; /* -keep: BENCH_HKV masks of ceil(S / 32) words; else NULL */
+    int32_t m_ind[2];
 } bench_case;
+
+static double bench_keep = 0.0; /* -keep F: the fraction of tokens each kv head keeps (0: no masks) */
+static int32_t bench_keep_span = 1;
+
+/* The per-kv-head masks of -keep for c: sinks, the newest 64, and each span of the rest kept with probability F. */
+static void bench_masks(bench_case *c) {
+    const int32_t S = c->S, W = (S + 31) / 32;
+    c->mask = calloc((size_t)W * BENCH_HKV, sizeof(uint32_t));
+    c->m_ind[0] = 0, c->m_ind[1] = W * BENCH_HKV;
+    for (int32_t h = 0; h < BENCH_HKV; h++) {
+        uint32_t *m = c->mask + (size_t)h * W;
+        for (int32_t t0 = 0; t0 < S; t0 += bench_keep_span) {
+            const int keep = 0.5f * (bench_rand() + 1.0f) < bench_keep;
+            for (int32_t t = t0; t < t0 + bench_keep_span && t < S; t++)
+                if (keep || t < 4 || t >= S - 64) m[t / 32] |= 1u << (t % 32);
+        }
+    }
+}
 
 static int bench_setup(gokv_device *dev, bench_case *c, int32_t format, int32_t S) {
     const int kivi = format == GOKV_FORMAT_KIVI2 || format == GOKV_FORMAT_KIVI4;
@@ -92,12 +117,14 @@ static int bench_setup(gokv_device *dev, bench_case *c, int32_t format, int32_t 
     c->q = malloc(sizeof(float) * BENCH_HQ * BENCH_D);
     c->out = malloc(sizeof(float) * BENCH_HQ * BENCH_D);
     for (int32_t i = 0; i < BENCH_HQ * BENCH_D; i++) c->q[i] = bench_rand();
+    c->mask = NULL;
+    if (bench_keep > 0.0) bench_masks(c);
     return 0;
 }
 
 static void bench_teardown(bench_case *c) {
     gokv_pool_destroy(c->pool);
-    free(c->ids), free(c->q), free(c->out);
+    free(c->ids), free(c->q), free(c->out), free(c->mask);
 }
 
 /* Median ms of reps calls with the given flags (after one warm-up call); with mass (BENCH_HKV * S floats),
@@ -105,8 +132,9 @@ static void bench_teardown(bench_case *c) {
 static double bench_time_mass(gokv_device *dev, bench_case *c, uint32_t flags, int reps, float *mass) {
     const int kivi = c->format == GOKV_FORMAT_KIVI2 || c->format == GOKV_FORMAT_KIVI4;
     gokv_attend_desc ad = {sizeof ad, c->pool, 1, c->q_ind, c->p_ind, c->ids, &c->S, &c->qpos,
-                           kivi ? &c->slot : NULL, NULL, NULL, BENCH_HQ, c->q, c->out,
-                           1.0f / sqrtf((float)BENCH_D), NULL, 4, 0, 0, flags, mass, 0, 0, 0, NULL, NULL};
+                           kivi ? &c->slot : NULL, c->mask, c->mask ? c->m_ind : NULL, BENCH_HQ, c->q, c->out,
+                           1.0f / sqrtf((float)BENCH_D), NULL, 4, 0, 0, flags | (c->mask ? GOKV_ATTEND_MASK_PER_KV_HEAD : 0u),
+                           mass, 0, 0, 0, NULL, NULL};
     double t[64];
     if (reps > 64) reps = 64;
     if (gokv_attend(dev, &ad) != GOKV_OK) {
@@ -160,6 +188,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-noscalar")) scalar = 0;
         else if (!strcmp(argv[i], "-nobaseline")) baseline = 0;
         else if (!strcmp(argv[i], "-mass")) with_mass = 1;
+        else if (!strcmp(argv[i], "-keep") && i + 1 < argc) {
+            const char *arg = argv[++i], *colon = strchr(arg, ':');
+            bench_keep = atof(arg);
+            if (colon) bench_keep_span = atoi(colon + 1) > 0 ? atoi(colon + 1) : 1;
+        }
         else if (!strcmp(argv[i], "-avx2")) gokv_cpu_set_simd_limit(GOKV_CPU_AVX2); /* the AVX2 kernels here */
         else if (n_sizes < 16) sizes[n_sizes++] = atoi(argv[i]);
     }
