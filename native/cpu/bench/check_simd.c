@@ -419,8 +419,11 @@ static void check_exp(const cpu_kernels *S, const cpu_kernels *V, const char *lv
 
 static gokv_device *dev;
 
-static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32_t dk, int32_t dv, int32_t mla, int32_t S,
-                       int32_t T, int32_t window) {
+/* keep > 0: per-kv-head validity masks (GOKV_ATTEND_MASK_PER_KV_HEAD), each aligned span of `span` tokens kept with
+ * probability keep (kv head Hkv - 1 sees nothing when keep < 0.3), so that blocks are gathered (few tokens seen),
+ * hidden and scored whole (many), or skipped, and ranges are cut where whole spans are hidden. */
+static int attend_case_masked(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32_t dk, int32_t dv, int32_t mla,
+                              int32_t S, int32_t T, int32_t window, double keep, int32_t span) {
     char what[256];
     const int32_t P = 64, R = gokv_format_is_kivi(format) ? 64 : 0;
     const int32_t n_pages = (S + P - 1) / P;
@@ -448,12 +451,19 @@ static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32
     for (size_t i = 0; i < (size_t)T * Hq * dk; i++) q[i] = frand(-1, 1);
     float *out[3];
     const uint32_t flags[3] = {0, GOKV_ATTEND_FORCE_SCALAR, 0};
-    int32_t qind[2] = {0, T}, qpos = S - T;
+    int32_t qind[2] = {0, T}, qpos = S - T, W = (S + 31) / 32, mind[2] = {0, W * Hkv};
+    uint32_t *mask = keep > 0 ? calloc((size_t)W * Hkv, sizeof(uint32_t)) : NULL;
+    for (int32_t h = 0; mask && h < Hkv; h++)
+        for (int32_t t0 = 0; t0 < S; t0 += span) {
+            const int kept = frand(0, 1) < keep && !(keep < 0.3 && h == Hkv - 1);
+            for (int32_t t = t0; kept && t < t0 + span && t < S; t++) mask[(size_t)h * W + t / 32] |= 1u << (t % 32);
+        }
     for (int c = 0; c < 3; c++) {
         out[c] = malloc(sizeof(float) * T * Hq * dv);
         gokv_cpu_set_simd_limit(c == 2 ? GOKV_CPU_AVX2 : 100);
         gokv_attend_desc ad = {sizeof ad, pool, 1, qind, pind, ids, &S, &qpos, gokv_format_is_kivi(format) ? &slot : NULL,
-                               NULL, NULL, Hq, q, out[c], 1.0f / sqrtf((float)dk), NULL, 4, window, 0, flags[c], NULL, 0, 0, 0, NULL, NULL};
+                               mask, mask ? mind : NULL, Hq, q, out[c], 1.0f / sqrtf((float)dk), NULL, 4, window, 0,
+                               flags[c] | (mask ? GOKV_ATTEND_MASK_PER_KV_HEAD : 0u), NULL, 0, 0, 0, NULL, NULL};
         if (gokv_attend(dev, &ad) != GOKV_OK) {
             fprintf(stderr, "attend: %s\n", gokv_last_error());
             return 1;
@@ -469,7 +479,8 @@ static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32
             const int32_t p = qpos + r, kvh = h / G;
             double m = -INFINITY, l = 0;
             for (int32_t t = 0; t < S; t++) {
-                const int vis = t <= p && (window == 0 || t > p - window || t < 4);
+                const int vis = t <= p && (window == 0 || t > p - window || t < 4) &&
+                                (!mask || ((mask[(size_t)kvh * W + t / 32] >> (t % 32)) & 1u));
                 w[t] = -INFINITY;
                 if (!vis) continue;
                 double acc = 0;
@@ -486,21 +497,27 @@ static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32
                     l += e;
                     acc += e * (mla ? k[((size_t)t * Hkv + kvh) * dk + c] : v[((size_t)t * Hkv + kvh) * dv + c]);
                 }
-                const double ref = acc / l;
+                const double ref = l > 0 ? acc / l : 0.0; /* a query that sees nothing outputs zeros */
                 for (int x = 0; x < 3; x++) {
                     const double err = fabs(out[x][((size_t)r * Hq + h) * dv + c] - ref) / (fabs(ref) + 1e-2);
                     worst[x] = err > worst[x] ? err : worst[x];
                 }
             }
         }
-    snprintf(what, sizeof what, "attend %s g %d Hq %d Hkv %d dk %d dv %d mla %d S %d T %d W %d: err simd %.2g scalar %.2g avx2 %.2g",
-             gokv_format_name(format), g, Hq, Hkv, dk, dv, mla, S, T, window, worst[0], worst[1], worst[2]);
+    snprintf(what, sizeof what,
+             "attend %s g %d Hq %d Hkv %d dk %d dv %d mla %d S %d T %d W %d keep %.3g/%d: err simd %.2g scalar %.2g avx2 %.2g",
+             gokv_format_name(format), g, Hq, Hkv, dk, dv, mla, S, T, window, keep, span, worst[0], worst[1], worst[2]);
     expect(worst[0] <= 1e-4 && worst[1] <= 1e-4 && worst[2] <= 1e-4, what);
     if (getenv("VERBOSE")) printf("%s\n", what);
     for (int c = 0; c < 3; c++) free(out[c]);
-    free(w), free(q), free(k), free(v), free(ids);
+    free(w), free(q), free(k), free(v), free(ids), free(mask);
     gokv_pool_destroy(pool);
     return 0;
+}
+
+static int attend_case(int32_t format, int32_t g, int32_t Hq, int32_t Hkv, int32_t dk, int32_t dv, int32_t mla, int32_t S,
+                       int32_t T, int32_t window) {
+    return attend_case_masked(format, g, Hq, Hkv, dk, dv, mla, S, T, window, 0.0, 1);
 }
 
 int main(void) {
@@ -569,6 +586,15 @@ int main(void) {
         attend_case(f, g ? 64 : 0, 8, 2, 128, 128, 0, 777, 5, 0);
         attend_case(f, g, 12, 4, 64, 64, 0, 600, 3, 200);
         attend_case(f, g, 16, 1, 576, 512, 1, 300, 1, 0);
+        const double keeps[] = {0.125, 0.5, 0.9};
+        for (int k = 0; k < 3; k++) {
+            attend_case_masked(f, g, 32, 8, 128, 128, 0, 3000, 1, 0, keeps[k], 1);
+            attend_case_masked(f, g, 8, 2, 128, 128, 0, 1500, 5, 0, keeps[k], 1);
+            attend_case_masked(f, g, 12, 4, 64, 64, 0, 1200, 3, 300, keeps[k], 1);
+            attend_case_masked(f, g, 16, 1, 576, 512, 1, 700, 1, 0, keeps[k], 1);
+            attend_case_masked(f, g, 32, 8, 128, 128, 0, 3000, 2, 0, keeps[k] / 2, 64);
+            attend_case_masked(f, g, 8, 2, 128, 128, 0, 2000, 1, 0, keeps[k] / 2, 48);
+        }
     }
     gokv_device_close(dev);
     printf("%d checks, %d failures\n", checks, failures);
