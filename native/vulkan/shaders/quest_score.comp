@@ -3,8 +3,10 @@
 //     B = max over the kv head's query heads h of Σ_c max(q_hc · min_c, q_hc · max_c)
 // from the page's key bounds alone (store_bounds.comp keeps them after the pool's pages), summed over the
 // channels in order as native/cpu/quest.c's scalar path does; -inf for entries the host marks NONE
-// (released pages, pages with no key yet, sequences without a query row). quest_select.comp chooses the
-// pages from them.
+// (released pages, pages with no key yet, sequences without a query row). max(q min, q max) is taken as
+// q · (q < 0 ? min : max), as native/cpu/quest.c's SIMD path does: the same value for bounds that hold a
+// key, and -inf (no bound) for a page whose bounds say "no key" (min = +inf, max = -inf: a page loaded
+// with n_tokens 0). quest_select.comp chooses the pages from them.
 //
 // One invocation per (entry, kv head). Inputs (attend_inputs.glsl: staged in scratch on a Quest call):
 // 2 words per entry at entry_w: page (NONE: -inf), the word of query head 0 of the sequence's row
@@ -36,10 +38,10 @@ void main() {
             precise float acc = 0.0;
             for (uint c = 0u; c < D_K; c++) {
                 float q = in_f(qw + g * D_K + c);
-                precise float a = q * page_half(lo_h + c);
-                precise float b = q * page_half(lo_h + D_K + c);
-                acc += a > b ? a : b;
+                precise float x = q < 0.0 ? q * page_half(lo_h + c) : q * page_half(lo_h + D_K + c);
+                acc += x;
             }
+            // acc > best fails for a NaN (q_c = 0 against a page with no key), which stays -inf
             best = acc > best ? acc : best;
         }
     }
