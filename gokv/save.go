@@ -23,10 +23,10 @@ import (
 // Save writes seqs to the file at path in their compressed form, for Load: per layer, the pages the
 // sequences hold, exactly as stored (a page several of them share, forks for instance, is written once),
 // and each sequence's KIVI residual rings; per sequence, its length, its page table in each layer group,
-// its compaction state, its token-rule state (H2O, SnapKV: the hidden tokens and scores of every kv head)
-// and Quest's pages read. The file is a safetensors file with the state as JSON in its metadata and a
-// checksum for the state and every tensor (`gokv inspect FILE` shows it); with no sequences it holds just
-// the cache's description.
+// its compaction state, its token-rule state (H2O, SnapKV: the hidden tokens and scores of every kv head),
+// Quest's pages read, and its token ids when the cache knows them (prefix reuse). The file is a
+// safetensors file with the state as JSON in its metadata and a checksum for the state and every tensor
+// (`gokv inspect FILE` shows it); with no sequences it holds just the cache's description.
 //
 // Safety: the file is written beside path under a temporary name, synced, renamed over path, and the
 // directory is synced, so path holds the old file or the new one, never a part of either, whenever the
@@ -57,8 +57,14 @@ func (c *Cache) Save(path string, seqs ...*Sequence) error {
 // saved (with new IDs). The cache must have the file's model spec (name, layers, sink tokens), format per
 // layer, page size and eviction policy; its capacities may differ. Each loaded sequence attends as the
 // saved one did, bit for bit, and continues (steps, forks, truncation, eviction) as it would have. Pages
-// that saved sequences shared are shared again. Learned sink logits and the attention scale are the
-// cache's, not the file's.
+// that saved sequences shared are shared again. The token ids of sequences the cache tracked travel with
+// them, so their pages get their prefix-reuse names back (NewSequenceFrom finds them); pages the saved
+// sequences had already released are not in the file. Learned sink logits and the attention scale are
+// the cache's, not the file's.
+//
+// Quest caches: each page's key bounds are recomputed from the tokens it holds. They equal the saved ones
+// except in a page a sequence was truncated inside after filling it further (the original bounds still
+// cover the dropped tokens); there the first decode steps may choose other pages than the original would.
 //
 // Load checks the whole file before it changes anything: its size and structure, every checksum, the
 // format version (ErrVersion), that it was saved from a cache like this one (ErrInvalid naming what
@@ -66,8 +72,9 @@ func (c *Cache) Save(path string, seqs ...*Sequence) error {
 // consistent. Then it needs enough free pages in every layer group and free sequence slots (a
 // *CapacityError, ErrCapacity, otherwise), and writes the pages and rings; the backend checks the stored
 // bytes again (finite scales, biases and elements). If a write fails, everything Load took is given back:
-// a failed Load leaves the cache as it was. It holds the cache's lock only to reserve pages and to install
-// the sequences, not during the writes.
+// a failed Load leaves the cache as it was, but for cached prefix pages and rings (which a shortage of
+// free ones lets any allocation take) it may have taken and freed. It holds the cache's lock only to
+// reserve pages and to install the sequences, not during the writes.
 //
 // Errors: ErrInvalid for a file that is not a saved cache of this cache's kind, is truncated or corrupted
 // (wrapping the os error when it cannot be read), ErrVersion, ErrCapacity, ErrClosed, and the backend's

@@ -266,7 +266,9 @@ func TestLoadRejectsCorruptFiles(t *testing.T) {
 				st.Groups[0].Pages = 1 << 40
 			}, "pages saved but the tables name at most"},
 			{"table", func(st *savedState, _ map[string]savedTensor) { st.Sequences[1].Groups[0].Table[1] = 1 << 30 }, "page table entry 1 = 1073741824 is outside"},
-			{"table length", func(st *savedState, _ map[string]savedTensor) { st.Sequences[1].Groups[1].Table = append(st.Sequences[1].Groups[1].Table, -1) }, "page table of 4 entries"},
+			{"table length", func(st *savedState, _ map[string]savedTensor) {
+				st.Sequences[1].Groups[1].Table = append(st.Sequences[1].Groups[1].Table, -1)
+			}, "page table of 4 entries"},
 			{"words", func(st *savedState, _ map[string]savedTensor) { st.Sequences[0].Heads[0][1].Words = 1 << 40 }, "1099511627776 bitset words"},
 			{"scores", func(st *savedState, _ map[string]savedTensor) { st.Sequences[0].Heads[2][0].Scores = 1 << 40 }, "1099511627776 scores"},
 			{"shape", func(_ *savedState, ts map[string]savedTensor) {

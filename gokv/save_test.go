@@ -171,6 +171,20 @@ func saveCases() []saveCase {
 			opts:  CacheOptions{Format: MustParseFormat(f), PageSize: 32, MaxTokens: 2048, MaxSequences: 8},
 			build: forkedHistory(150, 20), reuse: !strings.HasPrefix(f, "kivi")})
 	}
+	mla := ModelSpec{Name: "mla", SinkTokens: 4, Layers: []LayerSpec{MLALayer(4, 64, 32), MLALayer(4, 64, 32)}}
+	sinks := ModelSpec{Name: "sinks", Layers: []LayerSpec{AttentionLayer(4, 2, 32), AttentionLayer(4, 2, 32)}}
+	sinks.Layers[0].Window = 16
+	for l := range sinks.Layers {
+		sinks.Layers[l].LearnedSinks = true
+	}
+	cases = append(cases,
+		saveCase{name: "mla-kivi4", spec: mla,
+			opts:  CacheOptions{Format: MustParseFormat("kivi4:32:32"), LayerFormats: map[int]Format{1: MustParseFormat("q8:32")}, PageSize: 32, MaxTokens: 2048, MaxSequences: 8},
+			build: forkedHistory(100, 10)},
+		saveCase{name: "learned-sinks", spec: sinks,
+			opts: CacheOptions{Format: MustParseFormat("f16"), PageSize: 16, MaxTokens: 2048, MaxSequences: 8,
+				SinkLogits: map[int][]float32{0: {0.5, -1, 2, 0}, 1: {1, 1.5, -0.5, 0.25}}},
+			build: forkedHistory(60, 10), reuse: true})
 	cases = append(cases,
 		saveCase{name: "mixed-formats", spec: hybrid,
 			opts: CacheOptions{Format: MustParseFormat("q4:32"), LayerFormats: map[int]Format{0: MustParseFormat("kivi2:32:32"),
