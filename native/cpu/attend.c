@@ -10,7 +10,10 @@
  * [0, n_sink) and the window (p0 - W, p1] (or simply [0, p1] without a window); tokens outside them are never
  * read, which is what makes sliding-window layers cheap. Under Quest an item takes one kv head and its own
  * ranges instead: the pages quest.c chose for that head, the sink and recent pages, the KIVI ring
- * (item_segs). Those ranges are laid end to end and, when kv heads
+ * (item_segs). Validity masks cut a decode tile's ranges the same way (mask_plan): a run of at least
+ * MASK_MIN_GAP tokens that a kv head's mask hides whole (read in 16-token spans) is not walked, so an evicted
+ * or compacted-with-holes sequence reads what it shows; per-kv-head masks (H2O, SnapKV) give one kv head per
+ * item, as Quest does. Those ranges are laid end to end and, when kv heads
  * alone give too few items, cut into chunks of C tokens (split-K): each chunk keeps an online softmax state
  * (m, l, o) per query vector; a reduce pass combines chunks:
  *     M = max(max_c m_c, σ),   out = Σ_c e^(m_c - M) o_c / (Σ_c e^(m_c - M) l_c + e^(σ - M)).
@@ -20,7 +23,11 @@
  * end of a page and on through the next one when it is present (page_block), KIVI blocks are whole key
  * groups the same way (kivi_block), and ring blocks stop at the ring's end; each block is scored by the
  * kernel table, masked per query position, exponentiated, and its values accumulated by the kernel table:
- * no dequantized K or V is ever stored.
+ * no dequantized K or V is ever stored. Masks do not slow the kernels down: they score the whole block and
+ * the tokens a query may not see are set to -inf afterwards (block_visibility, the table's hide), a block
+ * nobody sees is not read, and a per-token block of which at most 3/8 is seen (a randomly thinned mask) has
+ * its seen key and value rows gathered (attend_sparse), so that scores, softmax and values run over them alone:
+ * a hidden token costs a bit of a scan instead of its share of a block's arithmetic.
  */
 #define _GNU_SOURCE
 #include <math.h>

@@ -23,7 +23,7 @@ typedef struct cpu_device {
     pthread_mutex_t base_mu; /* one baseline call at a time: it owns the f32 pages below */
     void *base_pages;        /* the dequantize-then-attend baseline's f32 copy, kept (cpu_buffer_reserve) */
     size_t base_bytes;
-    void *quest_ws;          /* Quest's selection (quest.c), under mu, kept (cpu_buffer_reserve) */
+    void *quest_ws;          /* Quest's selection (quest.c) and the ranges cut from masks (attend.c), under mu, kept */
     size_t quest_ws_bytes;
 } cpu_device;
 
