@@ -365,7 +365,8 @@ static int gathered(const scratch *sc, const block *b, const block_vis *v) {
 }
 
 /* The rows of kv head h (queries sc of sequence seq) in block b. A block nobody sees asks for nothing; a gathered
- * one only for its keys (its seen values are asked for when it starts: attend_sparse). */
+ * one only for its keys, and its seen values are asked for now, a block-head ahead (a few lines apart: the walk's
+ * hints would ask for all of them). */
 static void block_head_rows(const attend_ctx *c, int32_t seq, const scratch *sc, int32_t nq, const block *b, int32_t h,
                             head_rows *r) {
     const gokv_layout *L = c->L;
@@ -377,6 +378,13 @@ static void block_head_rows(const attend_ctx *c, int32_t seq, const scratch *sc,
         const cpu_rows *k = r->vis.nlive ? &r->k : NULL;
         r->pk = cpu_rows_prefetch(c->values_ask_all ? NULL : k, NULL);
         r->pv = cpu_rows_prefetch(c->values_ask_all ? k : NULL, NULL);
+        const cpu_rows *rv = L->v_is_k_prefix ? &r->k : &r->v;
+        for (int32_t w = 0; w < CPU_BLOCK / 32; w++)
+            for (uint32_t x = r->vis.live[w]; x; x &= x - 1) {
+                const int32_t t = w * 32 + __builtin_ctz(x);
+                cpu_prefetch_bytes(cpu_row_codes(rv, t), rv->row_stride);
+                if (rv->scale) cpu_prefetch_line(cpu_row_scale(rv, t)), cpu_prefetch_line(cpu_row_bias(rv, t));
+            }
     } else if (c->values_ask_all) {
         r->pk = cpu_rows_prefetch(NULL, NULL);
         r->pv = cpu_rows_prefetch(&r->k, v);
@@ -575,10 +583,6 @@ static void attend_sparse(const attend_ctx *c, int32_t seq, int32_t h, const scr
     int32_t n = 0;
     for (int32_t w = 0; w < CPU_BLOCK / 32; w++)
         for (uint32_t x = v->live[w]; x; x &= x - 1) idx[n++] = (uint8_t)(w * 32 + __builtin_ctz(x));
-    for (int32_t j = 0; j < n; j++) { /* the seen values, asked for while the keys are gathered and scored */
-        cpu_prefetch_bytes(cpu_row_codes(rv, idx[j]), rv->row_stride);
-        if (rv->scale) cpu_prefetch_line(cpu_row_scale(rv, idx[j])), cpu_prefetch_line(cpu_row_bias(rv, idx[j]));
-    }
     cpu_rows gk = gather_rows(rk, idx, n, sc->gather);
     k->score_rows[enc](&gk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
