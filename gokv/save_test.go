@@ -317,6 +317,16 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 				twinStep(t, rng, a, seqs, b, loaded)
 			}
 			requireSameState(t, a, seqs, b, loaded)
+			// Truncation (rolling back speculative tokens) is allowed or refused alike.
+			for i := range seqs {
+				n := seqs[i].Len() - 2
+				ea, eb := seqs[i].Truncate(n), loaded[i].Truncate(n)
+				require.Equal(t, ea == nil, eb == nil, "sequence %d: Truncate(%d): %v vs %v", i, n, ea, eb)
+			}
+			for step := 0; step < 3; step++ {
+				twinStep(t, rng, a, seqs, b, loaded)
+			}
+			requireSameState(t, a, seqs, b, loaded)
 			for l := range tc.spec.Layers {
 				va, err := seqs[0].VisibleTokens(l)
 				require.NoError(t, err)
