@@ -66,7 +66,7 @@ full-precision recent tokens, default 128).`,
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "no progress bars")
-	root.AddCommand(newInfoCmd(g), newPlanCmd(g), newAttendCmd(g), newBenchCmd(g), newDemoCmd(g), newEvalCmd(g), newGenerateCmd(g))
+	root.AddCommand(newInfoCmd(g), newPlanCmd(g), newAttendCmd(g), newBenchCmd(g), newDemoCmd(g), newEvalCmd(g), newGenerateCmd(g), newTurnsCmd(g))
 	root.AddCommand(newInspectCmd(g))
 	return root
 }
