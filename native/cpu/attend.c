@@ -86,6 +86,8 @@ typedef struct mass_seq {
     int64_t store;
     int64_t mass;  /* its first element in d->mass */
     int64_t tile0; /* split sequences: the index of their row tile's first tile (kv head 0); else -1 */
+    int32_t in_item; /* 1: its tile is one chunk and keeps its scores, so each item sums its kv heads' mass as soon as
+                      * it has their log-sum-exps (mass_in_item), while the scores are still in its cache; no units */
 } mass_seq;
 
 /* A work unit of the mass pass: tokens [t0, t1) of kv head h of sequence seq. */
@@ -766,6 +768,8 @@ static float final_lse(float m, float l, int has_sink, float sigma) {
     return M + logf(l * expf(m - M) + (has_sink ? expf(sigma - M) : 0.0f));
 }
 
+static void mass_in_item(const attend_ctx *c, int32_t seq, int32_t h, float *lse);
+
 static void run_item(void *ctx_, int64_t index, int32_t worker) {
     const attend_ctx *c = ctx_;
     const work_item *it = &c->items[index];
@@ -818,6 +822,7 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
                     c->lse[(size_t)(qrow0 + r) * d->n_heads_q + head] =
                         final_lse(s->m[i], s->l[i], d->sink_logits != NULL, d->sink_logits ? d->sink_logits[head] : 0.0f);
             }
+        if (c->mseq && c->mseq[it->seq].in_item) mass_in_item(c, it->seq, kvh, sc[0].m); /* sc[0]'s sums are written */
     }
 }
 
@@ -956,6 +961,38 @@ static float query_lse(const attend_ctx *c, const mass_seq *ms, int32_t seq, int
     for (int32_t ch = 0; ch < tl->n_chunks; ch++)
         if (p0[ch * stride + 1] != 0.0f) den += expf(p0[ch * stride] - M) * p0[ch * stride + 1];
     return M + logf(den);
+}
+
+/* The mass of kv head h of sequence seq (mseq in_item), written by the item that attended it, right after its
+ * final log-sum-exps: the kept scores of its ranges, a MASS_UNIT of tokens at a time over every counted query
+ * (the sums stay in the cache), and zeros elsewhere. */
+static void mass_in_item(const attend_ctx *c, int32_t seq, int32_t h, float *lse) {
+    const gokv_attend_desc *d = c->d;
+    const mass_seq *ms = &c->mseq[seq];
+    const int32_t kv_len = d->kv_len[seq], P = c->L->page_size;
+    const int32_t *ids = d->page_ids + d->page_indptr[seq];
+    const int64_t nqc = (int64_t)ms->counted * c->G;
+    float *mass = d->mass + ms->mass + (int64_t)h * kv_len;
+    const float *kept = c->store + ms->store + (int64_t)h * nqc * kv_len;
+    for (int32_t i = 0; i < nqc; i++) lse[i] = query_lse(c, ms, seq, h, ms->first_q + i);
+    seg buf[2];
+    const seg *segs;
+    const int32_t n_segs = item_segs(c, seq, h, d->q_pos[seq], d->q_pos[seq] + ms->rows - 1, buf, &segs);
+    int32_t done = 0; /* the tokens before it are written */
+    for (int32_t sg = 0; sg <= n_segs; sg++) {
+        const int32_t lo = sg < n_segs ? segs[sg].lo : kv_len, hi = sg < n_segs ? segs[sg].hi : kv_len;
+        if (lo > done) memset(mass + done, 0, (size_t)(lo - done) * sizeof(float));
+        for (int32_t t0 = lo, t1; t0 < hi; t0 = t1) { /* a page's part, MASS_UNIT tokens at most */
+            const int32_t page_end = t0 - t0 % P + P;
+            t1 = hi < page_end ? hi : page_end;
+            t1 = t1 - t0 < MASS_UNIT ? t1 : t0 + MASS_UNIT;
+            memset(mass + t0, 0, (size_t)(t1 - t0) * sizeof(float));
+            if (ids[t0 / P] < 0) continue; /* released: never scored */
+            for (int32_t i = 0; i < nqc; i++)
+                if (lse[i] != INFINITY) c->k->exp_acc(kept + i * kv_len + t0, t1 - t0, lse[i], mass + t0);
+        }
+        done = hi > done ? hi : done;
+    }
 }
 
 /* dst[0..n) = src[0..n), with streaming stores where the target has them (x86-64): the mass is the caller's,
@@ -1224,6 +1261,10 @@ static cut plan_cut(const attend_ctx *ctx, int32_t n_workers, int32_t rows_per_t
         }
     }
     const int64_t want = (int64_t)ITEMS_PER_WORKER * n_workers - n_pre * L->n_kv_heads;
+    /* the mass, when single kv heads give items enough: one chunk per tile, so that each item sums its kv head's
+     * mass from its scores while they are in its cache (mass_in_item), instead of a pass over them all from
+     * memory after the reduce */
+    if (d->mass && d->chunk_size <= 0 && n_dec > 0 && n_dec * L->n_kv_heads >= want) return (cut){1, INT32_MAX};
     const int32_t all = L->n_kv_heads < ITEM_MAX_HEADS ? L->n_kv_heads : ITEM_MAX_HEADS;
     cut c = {all, d->chunk_size > 0 ? d->chunk_size : INT32_MAX};
     if (d->chunk_size <= 0 && want > 0 && total / want >= LONG_CHUNK) { /* long: tokens over all the heads */
@@ -1285,7 +1326,7 @@ typedef struct mass_plan {
     int64_t n_units, store_floats, lse_floats;
 } mass_plan;
 
-static mass_plan plan_mass(const attend_ctx *c) {
+static mass_plan plan_mass(const attend_ctx *c, cut k) {
     const gokv_attend_desc *d = c->d;
     const int32_t H = c->L->n_kv_heads;
     mass_plan mp = {0, 0, (int64_t)d->q_indptr[d->n_seqs] * d->n_heads_q};
@@ -1295,9 +1336,12 @@ static mass_plan plan_mass(const attend_ctx *c) {
         const int32_t counted = d->mass_rows == 0 || d->mass_rows > rows ? rows : d->mass_rows;
         const int64_t floats = (int64_t)H * counted * c->G * kv;
         const int keep = rows > 0 && rows <= SPLIT_MAX_ROWS && mp.store_floats + floats <= MASS_STORE_MAX;
-        if (c->mseq) c->mseq[s] = (mass_seq){rows, counted, (rows - counted) * c->G, keep ? mp.store_floats : -1, off, -1};
+        const int in_item = keep && tile_chunks(tile_len(c, s, 0, rows), k.chunk) == 1;
+        if (c->mseq)
+            c->mseq[s] = (mass_seq){rows, counted, (rows - counted) * c->G, keep ? mp.store_floats : -1, off, -1, in_item};
         if (keep) mp.store_floats += floats;
         off += (int64_t)H * kv;
+        if (in_item) continue;
         for (int32_t h = 0; h < H; h++)
             for (int32_t t0 = 0; t0 < kv; t0 += MASS_UNIT, mp.n_units++)
                 if (c->units) c->units[mp.n_units] = (mass_unit){s, h, t0, kv - t0 < MASS_UNIT ? kv : t0 + MASS_UNIT};
@@ -1338,7 +1382,7 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     }
     const cut k = plan_cut(&c, n_workers, c.rows_per_tile);
     const plan pl = make_plan(&c, k); /* counts */
-    const mass_plan mp = d->mass ? plan_mass(&c) : (mass_plan){0, 0, 0};
+    const mass_plan mp = d->mass ? plan_mass(&c, k) : (mass_plan){0, 0, 0};
     c.nq_max = pl.max_rows * c.G;
     c.head_scratch_bytes = scratch_size(L, c.nq_max);
     c.scores_at = c.head_scratch_bytes * (size_t)k.hpi;
@@ -1374,7 +1418,7 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
         c.units = (mass_unit *)base, base += align_up((size_t)mp.n_units * sizeof(mass_unit));
         c.lse = (float *)base, base += align_up((size_t)mp.lse_floats * sizeof(float));
         c.store = mp.store_floats > 0 ? (float *)base : NULL;
-        plan_mass(&c); /* fills */
+        plan_mass(&c, k); /* fills */
     }
 
     make_plan(&c, k); /* fills */
