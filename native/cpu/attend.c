@@ -52,7 +52,8 @@ enum {
     MASS_UNIT = 2048, /* tokens of one kv head per unit of the mass pass */
     MASS_AHEAD = 2,   /* blocks the mass pass asks for ahead of the one it sums */
     MASK_SPAN = 16,   /* validity masks are read for ranges in aligned spans of this many tokens (a key tile) */
-    MASK_MIN_GAP = 64 /* hidden spans of at least this many tokens end a range (mask_cut) */
+    MASK_MIN_GAP = 64, /* hidden spans of at least this many tokens end a range (mask_cut) */
+    MASS_EPOCHS = 16   /* the running maxima a kept query remembers before its kept weights are rescaled (epoch_add) */
 };
 /* A block is gathered (attend_sparse) when at most SPARSE_NUM / SPARSE_DEN of its tokens are seen, and its rows
  * are at most GATHER_ROW_MAX bytes. */
@@ -131,6 +132,10 @@ typedef struct scratch {
     uint8_t *gather; /* the worker's gathered rows (attend_sparse), NULL without masks */
     uint8_t *prep; /* the kernel table's q4_prep output */
     int32_t *pos;
+    /* a query whose weights are kept (mass_seq in_item): the weights of tokens [ep_t[e], ep_t[e + 1]) were taken at
+     * the running maximum ep_m[e], ep_n of them, MASS_EPOCHS at most ([query][MASS_EPOCHS]) */
+    int32_t *ep_t, *ep_n;
+    float *ep_m;
 } scratch;
 
 static size_t align_up(size_t x) { return (x + 63u) & ~(size_t)63u; }
@@ -138,7 +143,8 @@ static size_t align_up(size_t x) { return (x + 63u) & ~(size_t)63u; }
 static size_t scratch_size(const gokv_layout *L, int32_t nq) {
     const int32_t ng = L->group ? L->d_k / L->group : 1;
     return align_up((size_t)nq * L->d_k * 4u) + align_up((size_t)nq * ng * 4u) + 2 * align_up((size_t)nq * 4u) +
-           align_up((size_t)nq * L->d_v * 4u) + align_up((size_t)nq * 4u) + (size_t)nq * CPU_Q4_PREP_STRIDE(L->d_k);
+           align_up((size_t)nq * L->d_v * 4u) + align_up((size_t)nq * 4u) + (size_t)nq * CPU_Q4_PREP_STRIDE(L->d_k) +
+           2 * align_up((size_t)nq * MASS_EPOCHS * 4u) + align_up((size_t)nq * 4u);
 }
 
 static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
@@ -152,7 +158,10 @@ static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
     s.s = NULL; /* the worker's, shared by the item's kv heads (run_item) */
     s.gather = NULL;
     s.prep = base, base += (size_t)nq * CPU_Q4_PREP_STRIDE(L->d_k);
-    s.pos = (int32_t *)base;
+    s.pos = (int32_t *)base, base += align_up((size_t)nq * 4u);
+    s.ep_t = (int32_t *)base, base += align_up((size_t)nq * MASS_EPOCHS * 4u);
+    s.ep_m = (float *)base, base += align_up((size_t)nq * MASS_EPOCHS * 4u);
+    s.ep_n = (int32_t *)base;
     return s;
 }
 
@@ -233,9 +242,15 @@ typedef struct block_vis {
  * Any m gives the same result: the reduce pass and the final division use the m the sums were taken at. */
 #define RESCALE_SLACK 8.0f
 
-/* Online softmax over one scored, masked block: rescales (m, l, o) and turns scores into weights p.
- * Returns 0 when no query sees any token of the block (nothing to accumulate). */
-static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int32_t n) {
+static void epoch_add(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, int32_t i, int32_t base,
+                      float m);
+
+/* Online softmax over one scored, masked block (its first token in range: base): rescales (m, l, o) and turns scores into
+ * weights p, noting the queries' new maxima when their weights are kept (epoch_add). Returns 0 when no query sees
+ * any token of the block (nothing to accumulate). */
+static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int32_t n, int32_t seq, int32_t h,
+                         int32_t base) {
+    const int kept = c->mseq && c->mseq[seq].in_item;
     int any = 0;
     for (int32_t i = 0; i < nq; i++) {
         float *si = sc->s + (size_t)i * CPU_BLOCK;
@@ -247,12 +262,14 @@ static int softmax_block(const attend_ctx *c, const scratch *sc, int32_t nq, int
         any = 1;
         if (sc->m[i] == -INFINITY) { /* the first visible block: l and o are still 0, nothing to rescale */
             sc->m[i] = bm;
+            if (kept) epoch_add(c, seq, h, sc, nq, i, base, bm);
         } else if (bm > sc->m[i] + RESCALE_SLACK) {
             const float corr = expf(sc->m[i] - bm);
             sc->l[i] *= corr;
             float *oi = sc->o + (size_t)i * c->L->d_v;
             for (int32_t v = 0; v < c->L->d_v; v++) oi[v] *= corr;
             sc->m[i] = bm;
+            if (kept) epoch_add(c, seq, h, sc, nq, i, base, bm);
         }
         sc->l[i] += c->k->exp_sum(si, n, sc->m[i]);
     }
@@ -269,6 +286,9 @@ typedef struct block {
     const uint8_t *page2; /* per-token formats: the next page, holding tokens [base + n1, base + n); else NULL */
     int32_t n1;           /* tokens in the first page */
 } block;
+
+/* The first token of block b in its range (a KIVI block starts at its key group, which may begin before the range). */
+static inline int32_t block_first(const block *b) { return b->base > b->lo ? b->base : b->lo; }
 
 /* What the queries sc (nq of them, rows of G) see of block b of kv head h of sequence seq. */
 static block_vis block_visibility(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b) {
@@ -467,8 +487,12 @@ static void keep_scores(const attend_ctx *c, int32_t seq, int32_t h, const scrat
         memcpy(dst + (i - ms->first_q) * kv, sc->s + (size_t)i * CPU_BLOCK + (a - b->base), (size_t)(e - a) * sizeof(float));
 }
 
+/* Whether sequence seq keeps the weights e^(s - m) of its counted queries after the softmax (mass_seq in_item: the
+ * mass is then a multiply per token, m noted per epoch) rather than their scores before it. */
+static inline int keeps_weights(const attend_ctx *c, int32_t seq) { return c->mseq && c->mseq[seq].in_item; }
+
 /* keep_scores for a block whose scores are those of the tokens idx[0..n) only (attend_sparse; n = 0: none seen):
- * the others are -inf. */
+ * the others are -inf (weights: 0). */
 static void keep_scores_of(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, const block *b,
                            const uint8_t *idx, int32_t n) {
     const mass_seq *ms = &c->mseq[seq];
@@ -479,9 +503,36 @@ static void keep_scores_of(const attend_ctx *c, int32_t seq, int32_t h, const sc
     float *dst = c->store + ms->store + (int64_t)h * nqc * kv + b->base;
     for (int32_t i = ms->first_q; i < nq; i++) {
         float *di = dst + (i - ms->first_q) * kv;
-        for (int32_t t = a - b->base; t < e - b->base; t++) di[t] = -INFINITY;
+        const float hidden = keeps_weights(c, seq) ? 0.0f : -INFINITY;
+        for (int32_t t = a - b->base; t < e - b->base; t++) di[t] = hidden;
         for (int32_t j = 0; j < n; j++) di[idx[j]] = sc->s[(size_t)i * CPU_BLOCK + j];
     }
+}
+
+/* Notes that query i's weights are taken at the running maximum m from token base on (softmax_block), when it is a
+ * counted query of a sequence that keeps weights. With MASS_EPOCHS noted already, the kept weights so far are first
+ * brought to the last of them, which then stands for them all: at most one pass over them per MASS_EPOCHS moves of m,
+ * each of more than RESCALE_SLACK. */
+static void epoch_add(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, int32_t nq, int32_t i, int32_t base,
+                      float m) {
+    (void)nq;
+    const mass_seq *ms = &c->mseq[seq];
+    if (i < ms->first_q || ms->store < 0) return;
+    int32_t *t = sc->ep_t + (size_t)i * MASS_EPOCHS, n = sc->ep_n[i];
+    float *em = sc->ep_m + (size_t)i * MASS_EPOCHS;
+    if (n == MASS_EPOCHS) {
+        const int64_t kv = c->d->kv_len[seq], nqc = (int64_t)ms->counted * c->G;
+        float *w = c->store + ms->store + ((int64_t)h * nqc + (i - ms->first_q)) * kv;
+        for (int32_t e = 0; e + 1 < n; e++) {
+            const float f = expf(em[e] - em[n - 1]);
+            for (int32_t x = t[e]; x < t[e + 1]; x++) w[x] *= f;
+        }
+        em[0] = em[n - 1];
+        n = 1;
+    }
+    t[n] = base;
+    em[n] = m;
+    sc->ep_n[i] = n + 1;
 }
 
 /* Scores, masks and accumulates block b for kv head h into its scratch: a ring block or a KIVI block
@@ -499,8 +550,10 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
         cpu_rows rk = cpu_ring_rows(L, ring, h, 0, b->slot, b->n);
         k->score_rows[CPU_ENC_F16](&rk, L->d_k, sc->q, L->d_k, NULL, NULL, nq, sc->s, CPU_BLOCK);
         hide_block(c, seq, h, sc, nq, b, &v);
-        if (c->store) keep_scores(c, seq, h, sc, nq, b);
-        if (softmax_block(c, sc, nq, b->n)) {
+        if (c->store && !keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
+        const int any = softmax_block(c, sc, nq, b->n, seq, h, block_first(b));
+        if (c->store && keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
+        if (any) {
             cpu_rows rv = cpu_ring_rows(L, ring, h, 1, b->slot, b->n);
             k->accum_rows[CPU_ENC_F16](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
         }
@@ -520,8 +573,10 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
             k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s + t0, CPU_BLOCK);
         }
         hide_block(c, seq, h, sc, nq, b, &v);
-        if (c->store) keep_scores(c, seq, h, sc, nq, b);
-        if (!softmax_block(c, sc, nq, b->n)) return;
+        if (c->store && !keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
+        const int any = softmax_block(c, sc, nq, b->n, seq, h, block_first(b));
+        if (c->store && keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
+        if (!any) return;
         if (!L->v_is_k_prefix) {
             k->accum_rows[cpu_row_enc(L->format)](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
             return;
@@ -597,8 +652,10 @@ static void attend_sparse(const attend_ctx *c, int32_t seq, int32_t h, const scr
             for (int32_t i = i0; i < i0 + c->G && i < nq; i++) k->hide(sc->s + (size_t)i * CPU_BLOCK, n, keep);
         }
     }
-    if (c->store) keep_scores_of(c, seq, h, sc, nq, b, idx, n);
-    if (!softmax_block(c, sc, nq, n)) {
+    if (c->store && !keeps_weights(c, seq)) keep_scores_of(c, seq, h, sc, nq, b, idx, n);
+    const int any = softmax_block(c, sc, nq, n, seq, h, block_first(b));
+    if (c->store && keeps_weights(c, seq)) keep_scores_of(c, seq, h, sc, nq, b, idx, n);
+    if (!any) {
         if (rv->pf) prefetch_now(rv->pf);
         return;
     }
@@ -633,8 +690,10 @@ static void attend_rows(const attend_ctx *c, int32_t seq, int32_t h, const scrat
     k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
     hide_block(c, seq, h, sc, nq, b, &v);
-    if (c->store) keep_scores(c, seq, h, sc, nq, b);
-    if (softmax_block(c, sc, nq, b->n))
+    if (c->store && !keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
+    const int any = softmax_block(c, sc, nq, b->n, seq, h, block_first(b));
+    if (c->store && keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
+    if (any)
         k->accum_rows[enc](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
     else if (rv.pf)
         prefetch_now(rv.pf);
@@ -768,7 +827,7 @@ static float final_lse(float m, float l, int has_sink, float sigma) {
     return M + logf(l * expf(m - M) + (has_sink ? expf(sigma - M) : 0.0f));
 }
 
-static void mass_in_item(const attend_ctx *c, int32_t seq, int32_t h, float *lse);
+static void mass_in_item(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, float *lse);
 
 static void run_item(void *ctx_, int64_t index, int32_t worker) {
     const attend_ctx *c = ctx_;
@@ -784,7 +843,7 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
         s->s = (float *)(c->scratch + (size_t)worker * c->scratch_bytes + c->scores_at);
         s->gather = c->gather_at ? c->scratch + (size_t)worker * c->scratch_bytes + c->gather_at : NULL;
         load_queries(c, s, it->seq, it->kvh + hh, it->row0, it->nrows);
-        for (int32_t i = 0; i < nq; i++) s->m[i] = -INFINITY, s->l[i] = 0.0f;
+        for (int32_t i = 0; i < nq; i++) s->m[i] = -INFINITY, s->l[i] = 0.0f, s->ep_n[i] = 0;
         memset(s->o, 0, (size_t)nq * dv * sizeof *s->o);
     }
     /* walk this chunk of the concatenated visible ranges (Quest: the kv head's own, one kv head per item) */
@@ -822,7 +881,7 @@ static void run_item(void *ctx_, int64_t index, int32_t worker) {
                     c->lse[(size_t)(qrow0 + r) * d->n_heads_q + head] =
                         final_lse(s->m[i], s->l[i], d->sink_logits != NULL, d->sink_logits ? d->sink_logits[head] : 0.0f);
             }
-        if (c->mseq && c->mseq[it->seq].in_item) mass_in_item(c, it->seq, kvh, sc[0].m); /* sc[0]'s sums are written */
+        if (c->mseq && c->mseq[it->seq].in_item) mass_in_item(c, it->seq, kvh, s, sc[0].m); /* sc[0]'s sums are written */
     }
 }
 
@@ -966,7 +1025,7 @@ static float query_lse(const attend_ctx *c, const mass_seq *ms, int32_t seq, int
 /* The mass of kv head h of sequence seq (mseq in_item), written by the item that attended it, right after its
  * final log-sum-exps: the kept scores of its ranges, a MASS_UNIT of tokens at a time over every counted query
  * (the sums stay in the cache), and zeros elsewhere. */
-static void mass_in_item(const attend_ctx *c, int32_t seq, int32_t h, float *lse) {
+static void mass_in_item(const attend_ctx *c, int32_t seq, int32_t h, const scratch *sc, float *lse) {
     const gokv_attend_desc *d = c->d;
     const mass_seq *ms = &c->mseq[seq];
     const int32_t kv_len = d->kv_len[seq], P = c->L->page_size;
@@ -988,8 +1047,16 @@ static void mass_in_item(const attend_ctx *c, int32_t seq, int32_t h, float *lse
             t1 = t1 - t0 < MASS_UNIT ? t1 : t0 + MASS_UNIT;
             memset(mass + t0, 0, (size_t)(t1 - t0) * sizeof(float));
             if (ids[t0 / P] < 0) continue; /* released: never scored */
-            for (int32_t i = 0; i < nqc; i++)
-                if (lse[i] != INFINITY) c->k->exp_acc(kept + i * kv_len + t0, t1 - t0, lse[i], mass + t0);
+            for (int32_t i = 0; i < nqc; i++) { /* Σ over its epochs of w e^(m_e - lse) */
+                const int32_t q = ms->first_q + i, n_ep = sc->ep_n[q];
+                const int32_t *et = sc->ep_t + (size_t)q * MASS_EPOCHS;
+                const float *em = sc->ep_m + (size_t)q * MASS_EPOCHS;
+                if (lse[i] == INFINITY) continue;
+                for (int32_t e = 0; e < n_ep; e++) {
+                    const int32_t x = et[e] > t0 ? et[e] : t0, y = e + 1 < n_ep && et[e + 1] < t1 ? et[e + 1] : t1;
+                    if (x < y) c->k->scale_acc(kept + i * kv_len + x, y - x, expf(em[e] - lse[i]), mass + x);
+                }
+            }
         }
         done = hi > done ? hi : done;
     }

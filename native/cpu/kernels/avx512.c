@@ -81,6 +81,14 @@ AVX512_FN static void avx512_exp_acc(const float *x, int32_t n, float m, float *
     }
 }
 
+AVX512_FN static void avx512_scale_acc(const float *x, int32_t n, float f, float *acc) {
+    const __m512 fv = _mm512_set1_ps(f);
+    for (int32_t t = 0; t < n; t += 16) {
+        const __mmask16 k = avx512_mask(n - t);
+        _mm512_mask_storeu_ps(acc + t, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + t), fv, _mm512_maskz_loadu_ps(k, acc + t)));
+    }
+}
+
 AVX512_FN static void avx512_hide(float *x, int32_t n, const uint32_t *keep) {
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
     for (int32_t t = 0; t < n; t += 16)
@@ -127,6 +135,7 @@ void cpu_kernels_fill_avx512(cpu_kernels *k) {
     k->exp_sum = avx512_exp_sum;
     k->exp_acc = avx512_exp_acc;
     k->hide = avx512_hide;
+    k->scale_acc = avx512_scale_acc;
     k->dequant_row = avx512_dequant_row;
     k->spreads_prefetch = 1;
 }

@@ -198,6 +198,8 @@ typedef struct cpu_kernels {
     void (*hide)(float *x, int32_t n, const uint32_t *keep);
     /* acc[t] += e^(x[t] - m) for t < n (x may hold -inf: adds 0); x is not written (the attention mass). */
     void (*exp_acc)(const float *x, int32_t n, float m, float *acc);
+    /* acc[t] += f · x[t] for t < n (the attention mass from kept weights). */
+    void (*scale_acc)(const float *x, int32_t n, float f, float *acc);
     /* Dequantizes one per-token row of d elements (reads, baseline). */
     void (*dequant_row)(const cpu_rows *r, int32_t t, int32_t d, float *out);
     /* 1: score_rows and accum_rows ask for r->pf a slice at a time; 0: they ignore it (the caller asks at once) */

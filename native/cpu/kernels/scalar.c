@@ -166,6 +166,10 @@ static void hide_scalar(float *x, int32_t n, const uint32_t *keep) {
     }
 }
 
+static void scale_acc_scalar(const float *x, int32_t n, float f, float *acc) {
+    for (int32_t t = 0; t < n; t++) acc[t] += f * x[t];
+}
+
 static void exp_acc_scalar(const float *x, int32_t n, float m, float *acc) {
     for (int32_t t = 0; t < n; t++) acc[t] += x[t] == -INFINITY ? 0.0f : expf(x[t] - m);
 }
@@ -193,6 +197,7 @@ void cpu_kernels_fill_scalar(cpu_kernels *k) {
     k->exp_sum = exp_sum_scalar;
     k->exp_acc = exp_acc_scalar;
     k->hide = hide_scalar;
+    k->scale_acc = scale_acc_scalar;
     k->dequant_row = dequant_row_scalar;
     k->spreads_prefetch = 0; /* the caller asks for the next block at once */
 }
