@@ -64,15 +64,26 @@ func newPageIndex(salt pageKey, pages int, partial bool) pageIndex {
 
 // name returns the name of c tokens toks following the full page named prev (zero for page 0).
 func (ix *pageIndex) name(prev pageKey, toks []int32) pageKey {
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(len(toks)))
+	return hashTokens(toks, ix.salt[:], prev[:], n[:])
+}
+
+// hashTokens is the SHA-256 of the prefix parts, then the token ids as little-endian uint32s.
+func hashTokens(toks []int32, prefix ...[]byte) pageKey {
 	h := sha256.New()
-	var buf [4]byte
-	h.Write(ix.salt[:])
-	h.Write(prev[:])
-	binary.LittleEndian.PutUint32(buf[:], uint32(len(toks)))
-	h.Write(buf[:])
-	for _, t := range toks {
-		binary.LittleEndian.PutUint32(buf[:], uint32(t))
-		h.Write(buf[:])
+	for _, p := range prefix {
+		h.Write(p)
+	}
+	buf := make([]byte, 0, 4*min(len(toks), 1024))
+	for len(toks) > 0 {
+		n := min(len(toks), 1024)
+		buf = buf[:0]
+		for _, t := range toks[:n] {
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(t))
+		}
+		h.Write(buf)
+		toks = toks[n:]
 	}
 	var k pageKey
 	h.Sum(k[:0])
@@ -275,18 +286,7 @@ type cachedRing struct {
 }
 
 // ringName names a token sequence for the cached rings.
-func (c *Cache) ringName(toks []int32) pageKey {
-	h := sha256.New()
-	h.Write(c.ringSalt[:])
-	var buf [4]byte
-	for _, t := range toks {
-		binary.LittleEndian.PutUint32(buf[:], uint32(t))
-		h.Write(buf[:])
-	}
-	var k pageKey
-	h.Sum(k[:0])
-	return k
-}
+func (c *Cache) ringName(toks []int32) pageKey { return hashTokens(toks, c.ringSalt[:]) }
 
 // takeSlotLocked takes a free sequence slot, or the oldest cached ring's but `keep`'s; false if none.
 func (c *Cache) takeSlotLocked(keep int32) (int32, bool) {

@@ -84,16 +84,12 @@ func (c *Cache) Load(path string) ([]*Sequence, error) {
 	if err := c.made(op); err != nil {
 		return nil, err
 	}
-	fh, err := os.Open(path)
+	fh, size, err := openSaved(op, path)
 	if err != nil {
-		return nil, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error(), cause: err}
+		return nil, err
 	}
 	defer fh.Close()
-	info, err := fh.Stat()
-	if err != nil {
-		return nil, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error(), cause: err}
-	}
-	return c.load(op, path, fh, info.Size())
+	return c.load(op, path, fh, size)
 }
 
 // load is Load from r, a file of size bytes named name (for the errors).
@@ -572,4 +568,18 @@ func (c *Cache) installSequenceLocked(f *savedFile, k int, s *Sequence, ids [][]
 		}
 	}
 	s.broken = ""
+}
+
+// openSaved opens a saved cache for reading and returns its size.
+func openSaved(op, path string) (*os.File, int64, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, 0, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error(), cause: err}
+	}
+	info, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, 0, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error(), cause: err}
+	}
+	return fh, info.Size(), nil
 }

@@ -115,4 +115,3 @@ func TestSaveLoadConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
-

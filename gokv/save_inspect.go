@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
 
 	"github.com/nlpodyssey/safetensors"
 )
@@ -59,21 +58,17 @@ type SavedTensor struct {
 // (ErrVersion for another format version).
 func InspectSavedCache(path string) (*SavedCache, error) {
 	const op = "InspectSavedCache"
-	fh, err := os.Open(path)
+	fh, size, err := openSaved(op, path)
 	if err != nil {
-		return nil, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error(), cause: err}
+		return nil, err
 	}
 	defer fh.Close()
-	info, err := fh.Stat()
-	if err != nil {
-		return nil, &Error{Op: op, Code: ErrorInvalid, Msg: err.Error(), cause: err}
-	}
-	f, err := readSavedHeader(fh, info.Size())
+	f, err := readSavedHeader(fh, size)
 	if err != nil {
 		return nil, loadErr(op, path, err)
 	}
 	out := describeSaved(f)
-	out.FileBytes = info.Size()
+	out.FileBytes = size
 
 	var first error
 	base := int64(8 + f.headerLen)
