@@ -113,6 +113,8 @@ static void quest_task(void *ctx_, int64_t index, int32_t worker) {
         B[i] = -INFINITY;
         if (!q || ids[i] < 0 || (int64_t)i * P >= n_quant) continue;
         const uint16_t *lo = cpu_bounds(c->pool, L, ids[i]) + (size_t)h * 2 * dk, *hi = lo + dk;
+        /* a page that holds no key (loaded with n_tokens 0: min +inf, max -inf) bounds nothing */
+        if (gokv_half_to_float(lo[0]) > gokv_half_to_float(hi[0])) continue;
 #if defined(__x86_64__)
         if (c->simd) {
             B[i] = quest_bound_avx2(q, G, dk, lo, hi);
