@@ -308,6 +308,7 @@ const char *validate(const Dispatch &d) {
   }
   uint64_t threads = uint64_t{d.threads.x} * d.threads.y * d.threads.z;
   if (threads > 65536) return "at most 65536 threads per threadgroup";
+  if (uint64_t{d.grid.x} * d.grid.y * d.grid.z > UINT32_MAX) return "at most 2^32-1 threadgroups per grid";
   if (d.simd_width == 0 || d.simd_width > 64 || (d.simd_width & (d.simd_width - 1)) != 0)
     return "simd_width must be a power of two from 1 to 64";
   if (d.order != RunOrder::forward && d.order != RunOrder::reverse && d.order != RunOrder::shuffled)

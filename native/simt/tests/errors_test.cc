@@ -38,6 +38,17 @@ TEST(Errors, DivergentBarrier) {
   EXPECT_HAS(st.message, "errors_test.cc:" + std::to_string(line_b));
 }
 
+// Sites told apart by id alone (generated code with no source position).
+TEST(Errors, DivergentBarrierBySiteId) {
+  simt::Status st = simt::launch(one_group(8), [&] {
+    uintptr_t id = simt::thread_info().thread_index_in_threadgroup < 4 ? 1 : 2;
+    simt::barrier(simt::Site{"kernel", 7, 0, id});
+  });
+  ASSERT_FALSE(st.ok);
+  EXPECT_HAS(st.message, "threads 0-3 wait at barrier kernel:7#1");
+  EXPECT_HAS(st.message, "threads 4-7 wait at barrier kernel:7#2");
+}
+
 TEST(Errors, ThreadExitsWhileOthersWaitAtBarrier) {
   simt::Status st = simt::launch(one_group(16), [&] {
     if (simt::thread_info().thread_index_in_threadgroup == 5) return;
