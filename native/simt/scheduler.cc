@@ -3,11 +3,14 @@
 // can run, it releases what may be released (a simdgroup whose lanes all wait at one operation, then a
 // group whose threads all wait at one barrier) or reports why nothing can.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fiber.h"
@@ -314,6 +317,7 @@ const char *validate(const Dispatch &d) {
   if (d.order != RunOrder::forward && d.order != RunOrder::reverse && d.order != RunOrder::shuffled)
     return "unknown run order";
   if (d.stack_bytes < 16 * 1024) return "stack_bytes must be at least 16 KiB";
+  if (d.os_threads > 256) return "at most 256 OS threads";
   return nullptr;
 }
 
@@ -321,24 +325,12 @@ struct AlignedFree {
   void operator()(unsigned char *p) const { ::operator delete[](p, std::align_val_t(64)); }
 };
 
-Status run_groups(const Dispatch &d, const std::function<void()> &kernel) {
-  Status status;
-  if (const char *why = validate(d)) {
-    status.ok = false;
-    status.message = std::string("invalid dispatch: ") + why;
-    return status;
-  }
-  if (current_group != nullptr) {
-    status.ok = false;
-    status.message = "launch called from inside a kernel";
-    return status;
-  }
+// One worker: runs the groups group_order[next++] on the calling OS thread until none are left or a group
+// of any worker has failed. Returns the failed group's message, or "".
+std::string run_worker(const Dispatch &d, const std::function<void()> &kernel, const std::vector<uint32_t> &group_order,
+                       std::atomic<size_t> &next, std::atomic<bool> &failed) {
   uint32_t n = d.threads.x * d.threads.y * d.threads.z;
-  if (!stack_pool.reserve(n, d.stack_bytes)) {
-    status.ok = false;
-    status.message = "cannot map " + std::to_string(n) + " fiber stacks";
-    return status;
-  }
+  if (!stack_pool.reserve(n, d.stack_bytes)) return "cannot map " + std::to_string(n) + " fiber stacks";
   std::unique_ptr<unsigned char[], AlignedFree> memory;
   if (d.threadgroup_memory_bytes > 0)
     memory.reset(new (std::align_val_t(64)) unsigned char[d.threadgroup_memory_bytes]);
@@ -348,15 +340,16 @@ Status run_groups(const Dispatch &d, const std::function<void()> &kernel) {
   g.simd_width = d.simd_width;
   g.threads.resize(n);
   uint32_t simdgroups = (n + d.simd_width - 1) / d.simd_width;
-
-  uint64_t groups = uint64_t{d.grid.x} * d.grid.y * d.grid.z;
-  std::vector<uint32_t> group_order(groups);
-  uint64_t rng = d.seed;
-  order_indices(group_order, d.order, rng);
   std::vector<uint32_t> order(n);
 
-  current_group = &g;
-  for (uint32_t gi : group_order) {
+  struct CurrentGroup {
+    explicit CurrentGroup(Group *g) { current_group = g; }
+    ~CurrentGroup() { current_group = nullptr; }
+  } scope(&g);
+  for (size_t k; !failed.load(std::memory_order_relaxed) && (k = next.fetch_add(1)) < group_order.size();) {
+    uint32_t gi = group_order[k];
+    // Each group's thread orders depend on the seed and the group only, not on which worker runs it.
+    uint64_t rng = d.seed ^ (uint64_t{gi} * 0xD1B54A32D192ED03ull);
     uint3 gp{gi % d.grid.x, (gi / d.grid.x) % d.grid.y, gi / (d.grid.x * d.grid.y)};
     if (memory) std::memset(memory.get(), 0xFF, d.threadgroup_memory_bytes);
     for (uint32_t i = 0; i < n; i++) {
@@ -411,13 +404,50 @@ Status run_groups(const Dispatch &d, const std::function<void()> &kernel) {
       if (!release_barrier(g, error)) break;
     }
     if (!error.empty()) {
-      status.ok = false;
-      status.message = group_name(g.threads[0].info) + ": " + error;
-      break;
+      failed.store(true);
+      return group_name(g.threads[0].info) + ": " + error;
     }
   }
-  current_group = nullptr;
-  return status;
+  return std::string();
+}
+
+Status run_groups(const Dispatch &d, const std::function<void()> &kernel) {
+  if (const char *why = validate(d)) return Status{false, std::string("invalid dispatch: ") + why};
+  if (current_group != nullptr) return Status{false, "launch called from inside a kernel"};
+
+  uint64_t groups = uint64_t{d.grid.x} * d.grid.y * d.grid.z;
+  std::vector<uint32_t> group_order(groups);
+  uint64_t rng = d.seed;
+  order_indices(group_order, d.order, rng);
+
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  uint64_t workers = std::min<uint64_t>(std::max<uint32_t>(d.os_threads, 1), groups);
+  if (workers == 1) {
+    std::string error = run_worker(d, kernel, group_order, next, failed);
+    return error.empty() ? Status{} : Status{false, error};
+  }
+  // Several workers: the first failure (in time) is reported; later groups are not started.
+  std::mutex mutex;
+  std::string first_error;
+  auto work = [&] {
+    std::string error;
+    try {
+      error = run_worker(d, kernel, group_order, next, failed);
+    } catch (const std::bad_alloc &) {
+      error = "out of memory";
+      failed.store(true);
+    }
+    if (!error.empty()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (first_error.empty()) first_error = error;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (uint64_t i = 1; i < workers; i++) pool.emplace_back(work);
+  work();
+  for (std::thread &t : pool) t.join();
+  return first_error.empty() ? Status{} : Status{false, first_error};
 }
 
 Thread *require_thread() { return current_thread; }

@@ -45,6 +45,10 @@ struct Dispatch {
   RunOrder order = RunOrder::forward;
   uint64_t seed = 0;                    // for RunOrder::shuffled
   size_t stack_bytes = 256 * 1024;      // per thread; a guard page lies below each stack
+  // OS threads running groups at once (each group on one). 1: every group on the calling thread, in the
+  // run order; more: groups are taken in the run order but finish in any, and a kernel must not write
+  // host memory that another group writes.
+  uint32_t os_threads = 1;
 };
 
 // A synchronization call site. The defaulted arguments of here() are evaluated at the caller, so a

@@ -29,6 +29,7 @@ extern "C" int32_t gokv_simt_launch(const gokv_simt_dispatch *dispatch, gokv_sim
     d.simd_width = dispatch->simd_width;
     d.order = static_cast<simt::RunOrder>(dispatch->order);
     d.seed = dispatch->seed;
+    d.os_threads = dispatch->os_threads;
     d.threadgroup_memory_bytes = static_cast<size_t>(dispatch->threadgroup_memory_bytes);
     if (dispatch->stack_bytes != 0) d.stack_bytes = static_cast<size_t>(dispatch->stack_bytes);
     simt::Status st = simt::launch(d, [kernel, user] { kernel(user); });

@@ -23,7 +23,7 @@ typedef struct gokv_simt_dispatch {
   uint32_t threads[3];  /* threads per threadgroup */
   uint32_t simd_width;
   int32_t order; /* GOKV_SIMT_ORDER_* */
-  uint32_t reserved;
+  uint32_t os_threads; /* 0 or 1: every group on the calling thread */
   uint64_t seed;
   uint64_t threadgroup_memory_bytes;
   uint64_t stack_bytes; /* 0: the default */

@@ -192,3 +192,50 @@ TEST(Barrier, OutsideAKernelActsAsOneThread) {
 }
 
 }  // namespace
+
+namespace {
+
+// Groups on several OS threads: each writes only its own output, so the result is the sequential one.
+TEST(Barrier, GroupsOnSeveralOsThreads) {
+  const uint32_t groups = 64, n = 128;
+  std::vector<float> sequential, parallel;
+  for (uint32_t os_threads : {1u, 4u}) {
+    simt::Dispatch d = group_of(n, simt::RunOrder::shuffled, n * sizeof(float));
+    d.grid = {groups / 4, 4, 1};
+    d.os_threads = os_threads;
+    std::vector<float> out(groups);
+    simt::Status st = simt::launch(d, [&] {
+      const simt::ThreadInfo &t = simt::thread_info();
+      float *shared = static_cast<float *>(t.threadgroup_memory);
+      uint32_t tid = t.thread_index_in_threadgroup;
+      uint32_t group = t.threadgroup_position_in_grid.x + t.threadgroup_position_in_grid.y * (groups / 4);
+      shared[tid] = float(tid * (group + 1));
+      simt::barrier();
+      for (uint32_t stride = n / 2; stride > 0; stride /= 2) {
+        if (tid < stride) shared[tid] += shared[tid + stride];
+        simt::barrier();
+      }
+      float lanes = simt::simd_sum(1.0f);
+      if (tid == 0) out[group] = shared[0] + lanes;
+    });
+    ASSERT_TRUE(st.ok) << st.message;
+    (os_threads == 1 ? sequential : parallel) = out;
+  }
+  EXPECT_EQ(sequential, parallel);
+  EXPECT_EQ(sequential[3], float(4 * n * (n - 1) / 2 + 32));
+}
+
+TEST(Barrier, ErrorOnOneOfSeveralOsThreads) {
+  simt::Dispatch d = group_of(32, simt::RunOrder::forward);
+  d.grid = {16, 1, 1};
+  d.os_threads = 3;
+  simt::Status st = simt::launch(d, [&] {
+    const simt::ThreadInfo &t = simt::thread_info();
+    if (t.threadgroup_position_in_grid.x == 9 && t.thread_index_in_threadgroup == 31) return;
+    simt::barrier();
+  });
+  ASSERT_FALSE(st.ok);
+  EXPECT_NE(st.message.find("threadgroup (9,0,0): a thread exited"), std::string::npos) << st.message;
+}
+
+}  // namespace
