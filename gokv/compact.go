@@ -67,29 +67,34 @@ func (c *Cache) compactLocked(s *Sequence) error {
 func (c *Cache) compactGroupLocked(s *Sequence, gi int) error {
 	g, P := c.groups[gi], c.pageSize
 	n := s.slots(gi)
-	// Survivors per (layer, kv head), and the largest count.
-	keep := make([][][]int, len(g.layers))
+	// The largest survivor count first, from the hidden counts: Begin asks at every step, and the
+	// survivors are listed only when the group will compact.
 	V := 0
+	for _, l := range g.layers {
+		for h := range s.heads[l] {
+			if s.heads[l][h].nHidden == 0 {
+				return nil // a kv head that sees everything keeps every page
+			}
+			V = max(V, s.heads[l][h].visible(n))
+		}
+	}
+	have, want := len(s.tables[gi]), ceilDiv(V, P)
+	if freed := have - want; freed < 1 || freed*compactShare < have || want > g.available() {
+		return nil
+	}
+	keep := make([][][]int, len(g.layers)) // survivors per (layer, kv head)
 	for li, l := range g.layers {
 		keep[li] = make([][]int, len(s.heads[l]))
 		for h := range s.heads[l] {
 			hs := &s.heads[l][h]
-			if hs.nHidden == 0 {
-				return nil // a kv head that sees everything keeps every page
-			}
-			k := make([]int, 0, n-hs.nHidden)
+			k := make([]int, 0, hs.visible(n))
 			for t := 0; t < n; t++ {
 				if !hs.hidden.has(t) {
 					k = append(k, t)
 				}
 			}
 			keep[li][h] = k
-			V = max(V, len(k))
 		}
-	}
-	have, want := len(s.tables[gi]), ceilDiv(V, P)
-	if freed := have - want; freed < 1 || freed*compactShare < have || want > g.available() {
-		return nil
 	}
 	sinks := min(c.spec.SinkTokens, n)
 	dstSlot := func(j, kept int) int {

@@ -368,29 +368,37 @@ type reuseProbe struct {
 	count []int
 }
 
-// probe looks up the prompt's pages in group g: full pages by name, and the last page the prompt reaches
-// by its best partial name.
+// probe looks up the prompt's pages in group g: full pages by name, and by their best partial name the
+// two pages a reused prefix can end in: the first page without a full name, and the last the prompt reaches
+// (a windowed group may have lost older pages). A partial lookup hashes up to P-1 candidate counts.
 func (c *Cache) probe(g *layerGroup, tokens []int32, upper int) reuseProbe {
 	P := c.pageSize
 	n := ceilDiv(max(upper, 0), P)
 	pr := reuseProbe{id: make([]int32, n), count: make([]int, n)}
 	var prev pageKey
+	firstMissing := -1
 	for j := 0; j < n; j++ {
 		pr.id[j] = -1
 		if (j+1)*P <= len(tokens) {
 			k := g.names.name(prev, tokens[j*P:(j+1)*P])
 			pr.chain = append(pr.chain, k)
+			prev = k
 			if id, ok := g.names.byKey[k]; ok {
 				pr.id[j], pr.count[j] = id, P
-				prev = k
 				continue
 			}
-			prev = k
 		}
-		if !g.names.partial {
+		if firstMissing < 0 {
+			firstMissing = j
+		}
+	}
+	if !g.names.partial {
+		return pr
+	}
+	for _, j := range []int{firstMissing, n - 1} {
+		if j < 0 || pr.id[j] >= 0 {
 			continue
 		}
-		// the best partial name: the most of the prompt's tokens in this page
 		var before pageKey
 		if j > 0 {
 			before = pr.chain[j-1]
