@@ -10,8 +10,8 @@
  * [0, n_sink) and the window (p0 - W, p1] (or simply [0, p1] without a window); tokens outside them are never
  * read, which is what makes sliding-window layers cheap. Under Quest an item takes one kv head and its own
  * ranges instead: the pages quest.c chose for that head, the sink and recent pages, the KIVI ring
- * (item_segs). Validity masks cut a decode tile's ranges the same way (mask_plan): a run of at least
- * MASK_MIN_GAP tokens that a kv head's mask hides whole (read in 16-token spans) is not walked, so an evicted
+ * (item_segs). Validity masks cut a decode tile's ranges the same way (cpu_mask_plan, quest.c): a run of at least
+ * 64 tokens that a kv head's mask hides whole (read in 16-token spans) is not walked, so an evicted
  * or compacted-with-holes sequence reads what it shows; per-kv-head masks (H2O, SnapKV) give one kv head per
  * item, as Quest does. Those ranges are laid end to end and, when kv heads
  * alone give too few items, cut into chunks of C tokens (split-K): each chunk keeps an online softmax state
@@ -46,13 +46,11 @@ enum {
     DEFAULT_CHUNK = 512,
     LONG_CHUNK = 4096,
     PREFILL_TILE_VECTORS = 64,
-    SPLIT_MAX_ROWS = 16,
+    SPLIT_MAX_ROWS = CPU_SPLIT_MAX_ROWS,
     ITEM_MAX_HEADS = 16,
     ITEMS_PER_WORKER = 2,
     MASS_UNIT = 2048, /* tokens of one kv head per unit of the mass pass */
     MASS_AHEAD = 2,   /* blocks the mass pass asks for ahead of the one it sums */
-    MASK_SPAN = 16,   /* validity masks are read for ranges in aligned spans of this many tokens (a key tile) */
-    MASK_MIN_GAP = 64, /* hidden spans of at least this many tokens end a range (mask_cut) */
     MASS_EPOCHS = 16   /* the running maxima a kept query remembers before its kept weights are rescaled (epoch_add) */
 };
 /* A block is gathered (attend_sparse) when at most SPARSE_NUM / SPARSE_DEN of its tokens are seen, and its rows
@@ -106,7 +104,7 @@ typedef struct attend_ctx {
     const cpu_kernels *k;
     const cpu_quest *quest; /* Quest's ranges per (sequence, kv head) (quest.c), NULL without quest_pages */
     const cpu_quest *hr;    /* the ranges item_segs hands out per (sequence, kv head): Quest's, or those cut from
-                             * the validity masks (mask_plan; count -1: the visible ranges); NULL: visible ranges */
+                             * the validity masks (cpu_mask_plan; count -1: the visible ranges); NULL: visible ranges */
     int per_head;           /* the ranges differ per kv head (Quest, GOKV_ATTEND_MASK_PER_KV_HEAD): one per item */
     int32_t G, rows_per_tile, nq_max;
     int values_ask_all; /* the values kernel asks for the next block-head's keys too (values_take_hint) */
@@ -168,17 +166,8 @@ static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
     return s;
 }
 
-/* The validity mask words of kv head h of sequence seq (GOKV_ATTEND_MASK_PER_KV_HEAD: one mask of
- * ceil(kv_len / 32) words per kv head; else one for all), NULL without masks. */
-static inline const uint32_t *head_mask(const gokv_attend_desc *d, int32_t seq, int32_t h) {
-    if (!d->valid_mask) return NULL;
-    const uint32_t *w = d->valid_mask + d->valid_indptr[seq];
-    if (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) w += (size_t)h * (size_t)(((int64_t)d->kv_len[seq] + 31) >> 5);
-    return w;
-}
-
 /* The token ranges kv head h of sequence seq reads for query rows at positions p0..p1: Quest's (quest.c) or
- * those cut from the masks (mask_plan), else the visible ranges (gokv_visible_ranges, into buf). */
+ * those cut from the masks (cpu_mask_plan), else the visible ranges (gokv_visible_ranges, into buf). */
 static inline int32_t item_segs(const attend_ctx *c, int32_t seq, int32_t h, int32_t p0, int32_t p1, seg buf[2],
                                 const seg **out) {
     if (c->hr) {
@@ -307,7 +296,7 @@ static block_vis block_visibility(const attend_ctx *c, int32_t seq, int32_t h, c
         bits_set(v.live, 0, b->n);
         return v;
     }
-    v.nlive = visible_bits(d, head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, p0, p1, v.live);
+    v.nlive = visible_bits(d, cpu_head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, p0, p1, v.live);
     v.all = p0 == p1 && v.nlive == b->n; /* one row: what it sees is the union */
     return v;
 }
@@ -323,7 +312,7 @@ static void hide_block(const attend_ctx *c, int32_t seq, int32_t h, const scratc
         uint32_t bits[CPU_BLOCK / 32];
         const uint32_t *keep = v->live;
         if (sc->pos[0] != sc->pos[nq - 1]) { /* rows at several positions: this row's own */
-            visible_bits(d, head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, sc->pos[i0], sc->pos[i0], bits);
+            visible_bits(d, cpu_head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, sc->pos[i0], sc->pos[i0], bits);
             keep = bits;
         }
         for (int32_t i = i0; i < i0 + c->G && i < nq; i++) c->k->hide(sc->s + (size_t)i * CPU_BLOCK, b->n, keep);
@@ -650,7 +639,7 @@ static void attend_sparse(const attend_ctx *c, int32_t seq, int32_t h, const scr
         const gokv_attend_desc *d = c->d;
         for (int32_t i0 = 0; i0 < nq; i0 += c->G) {
             uint32_t bits[CPU_BLOCK / 32], keep[CPU_BLOCK / 32] = {0};
-            visible_bits(d, head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, sc->pos[i0], sc->pos[i0], bits);
+            visible_bits(d, cpu_head_mask(d, seq, h), d->kv_len[seq], b->base, b->n, b->lo, b->hi, sc->pos[i0], sc->pos[i0], bits);
             for (int32_t j = 0; j < n; j++) keep[j >> 5] |= ((bits[idx[j] >> 5] >> (idx[j] & 31)) & 1u) << (j & 31);
             for (int32_t i = i0; i < i0 + c->G && i < nq; i++) k->hide(sc->s + (size_t)i * CPU_BLOCK, n, keep);
         }
@@ -1175,114 +1164,6 @@ static int32_t tile_len(const attend_ctx *c, int32_t seq, int32_t row0, int32_t 
     return best;
 }
 
-/* ---- ranges cut from the validity masks: a decode tile walks, per kv head, only the spans of its ranges
- * (Quest's or the visible ones) that its mask does not hide whole, as Quest's items walk only their pages ---- */
-
-/* Appends to out the pieces of [lo, hi) that mask does not hide, read in aligned spans of MASK_SPAN tokens: a run of
- * hidden spans of MASK_MIN_GAP tokens or more ends a piece (a shorter one is walked, its tokens hidden block by
- * block: a cut costs a block end). Returns the new count. */
-static int32_t mask_cut(const uint32_t *mask, int32_t lo, int32_t hi, seg *out, int32_t n) {
-    int32_t open = -1, end = 0;
-    for (int32_t t = lo; t < hi;) {
-        const uint32_t word = mask[t >> 5];
-        if (word == 0) { /* the rest of the word hidden */
-            t = ((t >> 5) + 1) * 32 < hi ? ((t >> 5) + 1) * 32 : hi;
-            continue;
-        }
-        int32_t e = word == ~0u ? ((t >> 5) + 1) * 32 : (t / MASK_SPAN + 1) * MASK_SPAN;
-        e = e < hi ? e : hi;
-        const uint32_t span = (word >> (t & 31)) & (e - t >= 32 ? ~0u : (1u << (e - t)) - 1u);
-        if (span) {
-            if (open < 0) {
-                open = t;
-            } else if (t - end >= MASK_MIN_GAP) {
-                out[n++] = (seg){open, end};
-                open = t;
-            }
-            end = e;
-        }
-        t = e;
-    }
-    if (open >= 0) out[n++] = (seg){open, end};
-    return n;
-}
-
-/* Workspace of mask_plan for a call: per (sequence, kv head) an offset, a count and its ranges, at most the base
- * ranges (Quest's: a table's entries + 1; else 2) and one more per MASK_MIN_GAP tokens. */
-static size_t mask_plan_bytes(const gokv_attend_desc *d, const gokv_layout *L) {
-    size_t ranges = 0;
-    for (int32_t s = 0; s < d->n_seqs; s++) {
-        const size_t base = d->quest_pages > 0 ? (size_t)(d->page_indptr[s + 1] - d->page_indptr[s]) + 1u : 2u;
-        ranges += (size_t)L->n_kv_heads * (base + (size_t)d->kv_len[s] / MASK_MIN_GAP + 1u);
-    }
-    return (size_t)d->n_seqs * L->n_kv_heads * (sizeof(int64_t) + sizeof(int32_t)) + 64u + ranges * sizeof(seg);
-}
-
-typedef struct mask_plan_ctx {
-    const attend_ctx *c;
-    cpu_quest *out;
-} mask_plan_ctx;
-
-/* Task (sequence s, kv head h) of mask_plan: s's decode tile's ranges for h, cut by h's mask. */
-static void mask_plan_task(void *ctx_, int64_t index, int32_t worker) {
-    (void)worker;
-    const mask_plan_ctx *mc = ctx_;
-    const attend_ctx *c = mc->c;
-    const gokv_attend_desc *d = c->d;
-    const int32_t H = c->L->n_kv_heads, s = (int32_t)(index / H), h = (int32_t)(index % H);
-    const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
-    cpu_quest *o = mc->out;
-    seg *out = o->ranges + o->off[index];
-    seg buf[2];
-    const seg *base = buf;
-    int32_t nb;
-    if (c->quest) {
-        base = c->quest->ranges + c->quest->off[index];
-        nb = c->quest->count[index];
-    } else {
-        nb = rows > 0 ? gokv_visible_ranges(d, d->kv_len[s], d->q_pos[s], d->q_pos[s] + rows - 1, buf) : 0;
-    }
-    if (rows > SPLIT_MAX_ROWS) { /* prefill tiles: their own visible ranges (Quest's, copied), masked block by block */
-        o->count[index] = c->quest ? nb : -1;
-        if (c->quest) memcpy(out, base, (size_t)nb * sizeof *out);
-        return;
-    }
-    const uint32_t *mask = head_mask(d, s, h);
-    int32_t n = 0;
-    for (int32_t i = 0; i < nb; i++) n = mask_cut(mask, base[i].lo, base[i].hi, out, n);
-    o->count[index] = n;
-}
-
-/* Cuts the ranges of every (sequence, kv head) by the masks (d->valid_mask) into ws (mask_plan_bytes), as o. With
- * a shared mask and no Quest, the kv heads of a sequence share their first one's ranges. */
-static void mask_plan(const attend_ctx *c, cpu_threadpool *tp, void *ws, cpu_quest *o) {
-    const gokv_attend_desc *d = c->d;
-    const int32_t H = c->L->n_kv_heads;
-    const int shared = !c->per_head;
-    uint8_t *base = ws;
-    o->off = (int64_t *)base, base += (size_t)d->n_seqs * H * sizeof(int64_t);
-    o->count = (int32_t *)base, base += (size_t)d->n_seqs * H * sizeof(int32_t);
-    o->ranges = (seg *)(((uintptr_t)base + 63u) & ~(uintptr_t)63u);
-    o->scores = NULL;
-    int64_t r = 0;
-    for (int32_t s = 0; s < d->n_seqs; s++) {
-        const int64_t nb = d->quest_pages > 0 ? (int64_t)(d->page_indptr[s + 1] - d->page_indptr[s]) + 1 : 2;
-        for (int32_t h = 0; h < H; h++) {
-            o->off[(int64_t)s * H + h] = shared && h > 0 ? o->off[(int64_t)s * H] : r;
-            if (!shared || h == 0) r += nb + d->kv_len[s] / MASK_MIN_GAP + 1;
-        }
-    }
-    mask_plan_ctx mc = {c, o};
-    if (!shared) {
-        cpu_threadpool_run(tp, (int64_t)d->n_seqs * H, mask_plan_task, &mc);
-        return;
-    }
-    for (int32_t s = 0; s < d->n_seqs; s++) { /* one task per sequence; its other kv heads copy the count */
-        mask_plan_task(&mc, (int64_t)s * H, 0);
-        for (int32_t h = 1; h < H; h++) o->count[(int64_t)s * H + h] = o->count[(int64_t)s * H];
-    }
-}
-
 /* How a call's work is cut into items (cpu_attend): the decode rows of a sequence form one row tile and longer
  * prefills tiles of rows_per_tile rows. A decode item is a chunk of a tile's visible tokens over hpi kv heads,
  * a prefill item a tile over one kv head. */
@@ -1437,7 +1318,7 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
     c.per_head = d->quest_pages > 0 || (d->valid_mask && (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD));
     if (d->quest_pages > 0 || d->valid_mask) { /* the ranges each kv head reads, first: Quest's pages, then the masks' */
         const size_t qb = d->quest_pages > 0 ? align_up(cpu_quest_bytes(d, L)) : 0;
-        const size_t mb = d->valid_mask ? mask_plan_bytes(d, L) : 0;
+        const size_t mb = d->valid_mask ? cpu_mask_plan_bytes(d, L) : 0;
         if (!cpu_buffer_reserve(&dev->quest_ws, &dev->quest_ws_bytes, qb + mb)) {
             pthread_mutex_unlock(&dev->mu);
             return gokv_set_error(GOKV_ENOMEM, "gokv_attend: cannot allocate %zu bytes of Quest and mask workspace", qb + mb);
@@ -1447,7 +1328,7 @@ gokv_status cpu_attend(void *dev_, void *pool, const gokv_layout *L, const gokv_
             c.quest = c.hr = &quest;
         }
         if (d->valid_mask) {
-            mask_plan(&c, dev->tp, (uint8_t *)dev->quest_ws + qb, &masked);
+            cpu_mask_plan(dev->tp, L, d, c.quest, c.per_head, (uint8_t *)dev->quest_ws + qb, &masked);
             c.hr = &masked;
         }
     }

@@ -204,6 +204,27 @@ size_t cpu_quest_bytes(const gokv_attend_desc *d, const gokv_layout *L);
 void cpu_quest_plan(cpu_threadpool *tp, const cpu_pool *pool, const gokv_layout *L, const gokv_attend_desc *d,
                     int simd, void *ws, cpu_quest *qs);
 
+/* Decode tiles of at most this many rows per sequence are split into chunks (split-K) and cut by the masks. */
+enum { CPU_SPLIT_MAX_ROWS = 16 };
+
+/* The validity mask words of kv head h of sequence seq (GOKV_ATTEND_MASK_PER_KV_HEAD: one mask of
+ * ceil(kv_len / 32) words per kv head; else one for all), NULL without masks. */
+static inline const uint32_t *cpu_head_mask(const gokv_attend_desc *d, int32_t seq, int32_t h) {
+    if (!d->valid_mask) return NULL;
+    const uint32_t *w = d->valid_mask + d->valid_indptr[seq];
+    if (d->flags & GOKV_ATTEND_MASK_PER_KV_HEAD) w += (size_t)h * (size_t)(((int64_t)d->kv_len[seq] + 31) >> 5);
+    return w;
+}
+
+/* Workspace bytes of cpu_mask_plan for a call. */
+size_t cpu_mask_plan_bytes(const gokv_attend_desc *d, const gokv_layout *L);
+/* Cuts the ranges of every (sequence, kv head) (Quest's when quest is given, else the visible ones) by the
+ * validity masks (d->valid_mask) into ws (cpu_mask_plan_bytes of it), as o; count -1: a prefill tile's visible
+ * ranges, masked block by block. With a shared mask (per_head 0), the kv heads of a sequence share their first
+ * one's ranges. */
+void cpu_mask_plan(cpu_threadpool *tp, const gokv_layout *L, const gokv_attend_desc *d, const cpu_quest *quest,
+                   int per_head, void *ws, cpu_quest *o);
+
 /* The dequantize-then-attend baseline (docs/architecture.md §9's comparison point): baseline.c. */
 gokv_status cpu_attend_dequant_baseline(cpu_device *dev, const cpu_pool *pool, const gokv_layout *L,
                                         const gokv_attend_desc *d);

@@ -7,7 +7,8 @@
  * pages (holding one of the last quest_recent tokens), ties to the older page, and turns the chosen, sink and
  * recent pages (and a KIVI ring's tokens) into the token ranges the attention walks for that kv head
  * (attend.c): every other token is never read. Released pages and pages with no key in them yet score
- * -INFINITY and do not compete.
+ * -INFINITY and do not compete. The validity masks cut ranges the same way (cpu_mask_plan, at the end): a
+ * kv head's decode walks only the spans its mask does not hide whole.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -209,4 +210,116 @@ void cpu_quest_plan(cpu_threadpool *tp, const cpu_pool *pool, const gokv_layout 
     }
     quest_ctx c = {d, L, pool, qs, simd, entry0};
     cpu_threadpool_run(tp, (int64_t)d->n_seqs * H, quest_task, &c);
+}
+
+/* Validity masks are read for ranges in aligned spans of MASK_SPAN tokens (a key tile); hidden spans of at least
+ * MASK_MIN_GAP tokens end a range (mask_cut). */
+enum { MASK_SPAN = 16, MASK_MIN_GAP = 64 };
+
+/* ---- ranges cut from the validity masks: a decode tile walks, per kv head, only the spans of its ranges
+ * (Quest's or the visible ones) that its mask does not hide whole, as Quest's items walk only their pages ---- */
+
+/* Appends to out the pieces of [lo, hi) that mask does not hide, read in aligned spans of MASK_SPAN tokens: a run of
+ * hidden spans of MASK_MIN_GAP tokens or more ends a piece (a shorter one is walked, its tokens hidden block by
+ * block: a cut costs a block end). Returns the new count. */
+static int32_t mask_cut(const uint32_t *mask, int32_t lo, int32_t hi, gokv_range *out, int32_t n) {
+    int32_t open = -1, end = 0;
+    for (int32_t t = lo; t < hi;) {
+        const uint32_t word = mask[t >> 5];
+        if (word == 0) { /* the rest of the word hidden */
+            t = ((t >> 5) + 1) * 32 < hi ? ((t >> 5) + 1) * 32 : hi;
+            continue;
+        }
+        int32_t e = word == ~0u ? ((t >> 5) + 1) * 32 : (t / MASK_SPAN + 1) * MASK_SPAN;
+        e = e < hi ? e : hi;
+        const uint32_t span = (word >> (t & 31)) & (e - t >= 32 ? ~0u : (1u << (e - t)) - 1u);
+        if (span) {
+            if (open < 0) {
+                open = t;
+            } else if (t - end >= MASK_MIN_GAP) {
+                out[n++] = (gokv_range){open, end};
+                open = t;
+            }
+            end = e;
+        }
+        t = e;
+    }
+    if (open >= 0) out[n++] = (gokv_range){open, end};
+    return n;
+}
+
+/* Workspace of cpu_mask_plan for a call: per (sequence, kv head) an offset, a count and its ranges, at most the base
+ * ranges (Quest's: a table's entries + 1; else 2) and one more per MASK_MIN_GAP tokens. */
+size_t cpu_mask_plan_bytes(const gokv_attend_desc *d, const gokv_layout *L) {
+    size_t ranges = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const size_t base = d->quest_pages > 0 ? (size_t)(d->page_indptr[s + 1] - d->page_indptr[s]) + 1u : 2u;
+        ranges += (size_t)L->n_kv_heads * (base + (size_t)d->kv_len[s] / MASK_MIN_GAP + 1u);
+    }
+    return (size_t)d->n_seqs * L->n_kv_heads * (sizeof(int64_t) + sizeof(int32_t)) + 64u + ranges * sizeof(gokv_range);
+}
+
+typedef struct mask_plan_ctx {
+    const gokv_attend_desc *d;
+    const gokv_layout *L;
+    const cpu_quest *quest;
+    cpu_quest *out;
+} mask_plan_ctx;
+
+/* Task (sequence s, kv head h) of cpu_mask_plan: s's decode tile's ranges for h, cut by h's mask. */
+static void mask_plan_task(void *ctx_, int64_t index, int32_t worker) {
+    (void)worker;
+    const mask_plan_ctx *mc = ctx_;
+    const gokv_attend_desc *d = mc->d;
+    const cpu_quest *quest = mc->quest;
+    const int32_t H = mc->L->n_kv_heads, s = (int32_t)(index / H), h = (int32_t)(index % H);
+    const int32_t rows = d->q_indptr[s + 1] - d->q_indptr[s];
+    cpu_quest *o = mc->out;
+    gokv_range *out = o->ranges + o->off[index];
+    gokv_range buf[2];
+    const gokv_range *base = buf;
+    int32_t nb;
+    if (quest) {
+        base = quest->ranges + quest->off[index];
+        nb = quest->count[index];
+    } else {
+        nb = rows > 0 ? gokv_visible_ranges(d, d->kv_len[s], d->q_pos[s], d->q_pos[s] + rows - 1, buf) : 0;
+    }
+    if (rows > CPU_SPLIT_MAX_ROWS) { /* prefill tiles: their own visible ranges (Quest's, copied), masked block by block */
+        o->count[index] = quest ? nb : -1;
+        if (quest) memcpy(out, base, (size_t)nb * sizeof *out);
+        return;
+    }
+    const uint32_t *mask = cpu_head_mask(d, s, h);
+    int32_t n = 0;
+    for (int32_t i = 0; i < nb; i++) n = mask_cut(mask, base[i].lo, base[i].hi, out, n);
+    o->count[index] = n;
+}
+
+void cpu_mask_plan(cpu_threadpool *tp, const gokv_layout *L, const gokv_attend_desc *d, const cpu_quest *quest,
+                   int per_head, void *ws, cpu_quest *o) {
+    const int32_t H = L->n_kv_heads;
+    const int shared = !per_head;
+    uint8_t *base = ws;
+    o->off = (int64_t *)base, base += (size_t)d->n_seqs * H * sizeof(int64_t);
+    o->count = (int32_t *)base, base += (size_t)d->n_seqs * H * sizeof(int32_t);
+    o->ranges = (gokv_range *)(((uintptr_t)base + 63u) & ~(uintptr_t)63u);
+    o->scores = NULL;
+    int64_t r = 0;
+    for (int32_t s = 0; s < d->n_seqs; s++) {
+        const int64_t nb = d->quest_pages > 0 ? (int64_t)(d->page_indptr[s + 1] - d->page_indptr[s]) + 1 : 2;
+        for (int32_t h = 0; h < H; h++) {
+            o->off[(int64_t)s * H + h] = shared && h > 0 ? o->off[(int64_t)s * H] : r;
+            if (!shared || h == 0) r += nb + d->kv_len[s] / MASK_MIN_GAP + 1;
+        }
+    }
+    mask_plan_ctx mc = {d, L, quest, o};
+    if (!shared) {
+        cpu_threadpool_run(tp, (int64_t)d->n_seqs * H, mask_plan_task, &mc);
+        return;
+    }
+    for (int32_t s = 0; s < d->n_seqs; s++) { /* one task per sequence; its other kv heads copy the count */
+        mask_plan_task(&mc, (int64_t)s * H, 0);
+        for (int32_t h = 1; h < H; h++) o->count[(int64_t)s * H + h] = o->count[(int64_t)s * H];
+    }
 }
