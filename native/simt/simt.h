@@ -135,29 +135,21 @@ template <class T> void set_lane(const SimdLanes &l, uint32_t lane, const T &v) 
   std::memcpy(l.out + lane * kSimdValueBytes, static_cast<const void *>(&v), sizeof(T));
 }
 
-template <class T> const char *resolve_sum(const SimdLanes &l) {
+// Every lane gets the fold of all lanes' values in lane order (sum: the order fixes the rounding).
+template <class T, class F> const char *resolve_fold(const SimdLanes &l, F f) {
   T acc = lane_value<T>(l, 0);
-  for (uint32_t i = 1; i < l.count; i++) acc = acc + lane_value<T>(l, i);
+  for (uint32_t i = 1; i < l.count; i++) acc = f(acc, lane_value<T>(l, i));
   for (uint32_t i = 0; i < l.count; i++) set_lane(l, i, acc);
   return nullptr;
+}
+template <class T> const char *resolve_sum(const SimdLanes &l) {
+  return resolve_fold<T>(l, [](const T &a, const T &b) { return a + b; });
 }
 template <class T> const char *resolve_min(const SimdLanes &l) {
-  T acc = lane_value<T>(l, 0);
-  for (uint32_t i = 1; i < l.count; i++) {
-    T v = lane_value<T>(l, i);
-    if (v < acc) acc = v;
-  }
-  for (uint32_t i = 0; i < l.count; i++) set_lane(l, i, acc);
-  return nullptr;
+  return resolve_fold<T>(l, [](const T &a, const T &b) { return b < a ? b : a; });
 }
 template <class T> const char *resolve_max(const SimdLanes &l) {
-  T acc = lane_value<T>(l, 0);
-  for (uint32_t i = 1; i < l.count; i++) {
-    T v = lane_value<T>(l, i);
-    if (acc < v) acc = v;
-  }
-  for (uint32_t i = 0; i < l.count; i++) set_lane(l, i, acc);
-  return nullptr;
+  return resolve_fold<T>(l, [](const T &a, const T &b) { return a < b ? b : a; });
 }
 template <class T> const char *resolve_inclusive_sum(const SimdLanes &l) {
   T acc = lane_value<T>(l, 0);
