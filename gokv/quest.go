@@ -213,19 +213,11 @@ func (st *Step) commitQuestLocked() {
 // the cache has no Quest policy, the layer is a sliding one, or no decode step has run yet. ErrRange for a
 // layer outside the model.
 func (s *Sequence) QuestPagesRead(layer int) ([]int, error) {
-	const op = "Sequence.QuestPagesRead"
-	if err := s.made(op); err != nil {
+	unlock, err := s.lockLayer("Sequence.QuestPagesRead", layer)
+	if err != nil {
 		return nil, err
 	}
-	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, newErr(op, ErrorClosed, "cache is closed")
-	}
-	if layer < 0 || layer >= len(c.layers) {
-		return nil, newErr(op, ErrorRange, "layer %d is outside [0, %d)", layer, len(c.layers))
-	}
+	defer unlock()
 	if s.questRead == nil {
 		return nil, nil
 	}

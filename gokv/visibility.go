@@ -347,22 +347,12 @@ func (c *Cache) truncateTokensLocked(s *Sequence, n int, apply bool) error {
 // position (Len()-1) sees: the window rule's sinks and window, minus the tokens a token rule hid from
 // that kv head. It is what a decode step reads; ErrRange for a layer outside the model.
 func (s *Sequence) VisibleTokens(layer int) ([]int, error) {
-	const op = "Sequence.VisibleTokens"
-	if err := s.made(op); err != nil {
+	unlock, err := s.lockLayer("Sequence.VisibleTokens", layer)
+	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, newErr(op, ErrorClosed, "cache is closed")
-	}
-	if s.released {
-		return nil, newErr(op, ErrorClosed, "sequence %d was released", s.id)
-	}
-	if layer < 0 || layer >= len(c.layers) {
-		return nil, newErr(op, ErrorRange, "layer %d is outside [0, %d)", layer, len(c.layers))
-	}
 	cl := c.layers[layer]
 	n := s.slots(cl.group.index)
 	count := n
@@ -379,4 +369,27 @@ func (s *Sequence) VisibleTokens(layer int) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// lockLayer takes c.mu for a per-layer query on s, after checking the sequence, the cache and the layer;
+// the caller defers unlock.
+func (s *Sequence) lockLayer(op string, layer int) (unlock func(), err error) {
+	if err := s.made(op); err != nil {
+		return nil, err
+	}
+	c := s.c
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		err = newErr(op, ErrorClosed, "cache is closed")
+	case s.released:
+		err = newErr(op, ErrorClosed, "sequence %d was released", s.id)
+	case layer < 0 || layer >= len(c.layers):
+		err = newErr(op, ErrorRange, "layer %d is outside [0, %d)", layer, len(c.layers))
+	}
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	return c.mu.Unlock, nil
 }
