@@ -46,8 +46,9 @@ using namespace metal;
 
 #include "gpu_push.h"
 
-// The specialization ids. gpu_plan.h is C with <stdint.h> and the backend table, which Metal cannot read; the
-// emulator build (C++) includes it and checks these values against it, so the two cannot drift.
+// The specialization ids of native/gpu/gpu_plan.h. That header is C with the backend table (and double), which
+// neither Metal nor the emulator's shim (it poisons double) can read, so the ids are repeated here; where a
+// translation unit included gpu_plan.h before the kernels (the emulator's), they are checked against it.
 #define MTL_SPEC_IDS(X)                                                                                     \
     X(FORMAT, 0) X(BITS, 1) X(GROUP, 2) X(PAGE_SIZE, 3) X(N_KV_HEADS, 4) X(D_K, 5) X(D_V, 6)                 \
     X(V_IS_K_PREFIX, 7) X(KIVI, 8) X(RING_ROWS, 9) X(PAGE_WORDS, 10) X(K_CODES_W, 11) X(K_SCALE_H, 12)       \
@@ -55,15 +56,14 @@ using namespace metal;
     X(K_SB_HEAD_H, 18) X(V_CODES_HEAD_W, 19) X(V_SB_HEAD_H, 20) X(K_ROW_W, 21) X(V_ROW_W, 22)                \
     X(K_GROUPS, 23) X(V_GROUPS, 24) X(RING_K_H, 25) X(RING_V_H, 26) X(RING_HALVES, 27) X(WG_SIZE, 28)        \
     X(SUBGROUP_SIZE, 29) X(OP0, 30) X(OP1, 31) X(OP2, 32) X(OP3, 33) X(K_TILED, 34) X(OP4, 35) X(COUNT, 36)
-#if defined(__METAL_VERSION__)
-#define MTL_SPEC_ENUM(name, v) GPU_SPEC_##name = v,
-enum { MTL_SPEC_IDS(MTL_SPEC_ENUM) };
-#undef MTL_SPEC_ENUM
-#else
-#include "gpu_plan.h"
+#if defined(GOKV_GPU_PLAN_H)
 #define MTL_SPEC_CHECK(name, v) static_assert(GPU_SPEC_##name == v, "GPU_SPEC_" #name " moved in gpu_plan.h");
 MTL_SPEC_IDS(MTL_SPEC_CHECK)
 #undef MTL_SPEC_CHECK
+#else
+#define MTL_SPEC_ENUM(name, v) GPU_SPEC_##name = v,
+enum { MTL_SPEC_IDS(MTL_SPEC_ENUM) };
+#undef MTL_SPEC_ENUM
 #endif
 
 constant constexpr uint FMT_F32 = 0u, FMT_F16 = 1u, FMT_Q8 = 2u, FMT_Q4 = 3u, FMT_KIVI2 = 4u, FMT_KIVI4 = 5u;
