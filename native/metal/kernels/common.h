@@ -57,7 +57,7 @@ using namespace metal;
     X(K_GROUPS, 23) X(V_GROUPS, 24) X(RING_K_H, 25) X(RING_V_H, 26) X(RING_HALVES, 27) X(WG_SIZE, 28)        \
     X(SUBGROUP_SIZE, 29) X(OP0, 30) X(OP1, 31) X(OP2, 32) X(OP3, 33) X(K_TILED, 34) X(OP4, 35) X(COUNT, 36)
 #if defined(GOKV_GPU_PLAN_H)
-#define MTL_SPEC_CHECK(name, v) static_assert(GPU_SPEC_##name == v, "GPU_SPEC_" #name " moved in gpu_plan.h");
+#define MTL_SPEC_CHECK(name, v) static_assert(GPU_SPEC_##name == v, "GPU_SPEC_" #name " differs from the plan header");
 MTL_SPEC_IDS(MTL_SPEC_CHECK)
 #undef MTL_SPEC_CHECK
 #else
