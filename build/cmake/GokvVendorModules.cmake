@@ -17,14 +17,41 @@ if(NOT GOKV_VULKAN STREQUAL "OFF")
   endif()
 endif()
 
+# Metal (native/metal): on macOS the host (native/metal/host) on the Metal framework; elsewhere, or with
+# GOKV_METAL_EMULATE=ON, the emulated backend: the same kernels and dispatch plan, the kernels compiled as
+# C++17 against an MSL shim and run on the CPU by the SIMT emulator (native/metal/README.md), which needs
+# only a compiler with C++17 and _Float16. AUTO builds whichever this machine allows; ON insists.
+option(GOKV_METAL_EMULATE "Build the Metal module's emulated backend (kernels on the CPU) even on macOS" OFF)
 if(GOKV_METAL)
-  if(APPLE)
+  if(APPLE AND NOT GOKV_METAL_EMULATE)
     find_library(GOKV_METAL_FRAMEWORK Metal)
-  endif()
-  if(GOKV_METAL_FRAMEWORK)
-    message(STATUS "gokv: Metal framework found; the Metal module is not yet implemented")
+    if(GOKV_METAL_FRAMEWORK AND EXISTS "${PROJECT_SOURCE_DIR}/native/metal/host/CMakeLists.txt")
+      message(STATUS "gokv: building the Metal module (${GOKV_METAL_FRAMEWORK})")
+      gokv_use_gpu_plan()
+      add_subdirectory(native/metal)
+    elseif(GOKV_METAL STREQUAL "AUTO")
+      message(STATUS "gokv: the Metal framework or native/metal/host is missing; the Metal module is not built")
+    else()
+      message(FATAL_ERROR "gokv: GOKV_METAL=ON but the Metal framework or native/metal/host is missing "
+                          "(GOKV_METAL_EMULATE=ON builds the emulated backend instead)")
+    endif()
   else()
-    message(STATUS "gokv: GOKV_METAL=ON but the Metal framework was not found (macOS only); the Metal module is not yet implemented")
+    include(CheckCXXSourceCompiles)
+    check_cxx_source_compiles([=[
+      #include <type_traits>
+      template <int N> int f() { if constexpr (N == 3) return 1; else return 0; }
+      int main() { _Float16 h = (_Float16)0.5f; return f<3>() + (int)(float)h - 1 + (__builtin_LINE() > 0 ? 0 : 1); }
+    ]=] GOKV_HAVE_METAL_EMULATOR)
+    if(GOKV_HAVE_METAL_EMULATOR)
+      message(STATUS "gokv: building the Metal module's emulated backend (kernels on the CPU, native/simt)")
+      gokv_use_gpu_plan()
+      add_subdirectory(native/metal)
+    elseif(GOKV_METAL STREQUAL "AUTO")
+      message(STATUS "gokv: the C++ compiler lacks C++17 or _Float16; the Metal module's emulated backend is not built")
+    else()
+      message(FATAL_ERROR "gokv: GOKV_METAL=ON needs a C++17 compiler with _Float16 (GCC 12, Clang 15) for the "
+                          "emulated backend")
+    endif()
   endif()
 endif()
 
