@@ -3,11 +3,21 @@
 # to build a module that does not exist.
 include_guard(GLOBAL)
 
+# The GPU dispatch plan (native/gpu, library gokv_gpu): one copy shared by every GPU module. A GPU module's
+# block calls gokv_use_gpu_plan() just before adding the module: the first call adds native/gpu, later
+# ones do nothing, and a build without GPU modules never builds it.
+macro(gokv_use_gpu_plan)
+  if(NOT TARGET gokv_gpu)
+    add_subdirectory(native/gpu)
+  endif()
+endmacro()
+
 # Vulkan: AUTO builds it when the headers, the loader and glslc are all found; ON insists.
 if(NOT GOKV_VULKAN STREQUAL "OFF")
   find_package(Vulkan QUIET COMPONENTS glslc)
   if(Vulkan_FOUND AND TARGET Vulkan::glslc)
     message(STATUS "gokv: building the Vulkan module (${Vulkan_LIBRARY}, ${Vulkan_GLSLC_EXECUTABLE})")
+    gokv_use_gpu_plan()
     add_subdirectory(native/vulkan)
   elseif(GOKV_VULKAN STREQUAL "AUTO")
     message(STATUS "gokv: Vulkan headers/loader or glslc not found; the Vulkan module is not built")

@@ -1,11 +1,12 @@
 /*
  * vk_backend.c: the Vulkan module's backend table (docs/architecture.md §7), its test hooks (fault injection)
- * and the mapping of Vulkan errors to statuses. The module's files: vk_instance.c (instance, validation
- * messages, device selection and tuning, device open, close and info), vk_memory.c (buffers), vk_pipeline.c
- * (the pipeline cache: embedded SPIR-V specialized per pool layout), vk_submit.c (one call's command
- * recording and submission), vk_pool.c (page pools, page copies, page bytes read and written), vk_store.c
- * (write, read), vk_attend.c (attention, Quest's choice), vk_bench.c (measurements); vk_internal.h declares
- * what crosses them.
+ * and the mapping of Vulkan errors to statuses. The ops themselves (write, read, copy, attend, Quest, page
+ * bytes) are the GPU dispatch plan's (native/gpu): the slots below pass it the device and pool, and the
+ * module supplies the plan's gpu_ops. The module's files: vk_instance.c (instance, validation messages,
+ * device selection and tuning into gpu_caps, device open, close and info), vk_memory.c (buffers),
+ * vk_pipeline.c (the pipeline cache: embedded SPIR-V specialized per pool layout), vk_submit.c (gpu_ops: one
+ * call's command recording and submission), vk_pool.c (pool buffers), vk_bench.c (measurements);
+ * vk_internal.h declares what crosses them.
  *
  * Choices:
  * - One compute queue and one command buffer per device. Every ABI call records, submits and waits (the
@@ -78,6 +79,49 @@ gokv_status vkb_error(vkb_device *d, VkResult r, const char *op, const char *wha
 }
 
 
+/* ---- the backend slots: the plan's entry points (the core validated the arguments) ---- */
+
+static gokv_status pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *desc) {
+    (void)L; /* the pool's own copy */
+    return gpu_pool_write(dev, pool, desc);
+}
+
+static gokv_status pool_read(void *dev, void *pool, const gokv_layout *L, const gokv_read_desc *desc) {
+    (void)L;
+    return gpu_pool_read(dev, pool, desc);
+}
+
+static gokv_status pool_copy(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *desc) {
+    (void)L;
+    return gpu_pool_copy(dev, pool, desc);
+}
+
+static gokv_status attend(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *desc) {
+    (void)L;
+    return gpu_attend(dev, pool, desc);
+}
+
+static gokv_status page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, void *out) {
+    (void)L;
+    return gpu_page_bytes(dev, pool, page, out);
+}
+
+static gokv_status slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, void *out) {
+    (void)L;
+    return gpu_slot_bytes(dev, pool, slot, out);
+}
+
+static gokv_status set_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, const void *bytes,
+                                  int32_t n_tokens) {
+    (void)L;
+    return gpu_set_page_bytes(dev, pool, page, bytes, n_tokens);
+}
+
+static gokv_status set_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, const void *bytes) {
+    (void)L;
+    return gpu_set_slot_bytes(dev, pool, slot, bytes);
+}
+
 /* ---- the backend table ---- */
 
 static const gokv_backend g_vulkan_backend = {
@@ -87,14 +131,14 @@ static const gokv_backend g_vulkan_backend = {
     .device_info = vkb_device_info,
     .pool_create = vkb_pool_create,
     .pool_destroy = vkb_pool_destroy,
-    .pool_write = vkb_pool_write,
-    .pool_read = vkb_pool_read,
-    .pool_copy = vkb_pool_copy,
-    .attend = vkb_attend,
-    .page_bytes = vkb_page_bytes,
-    .slot_bytes = vkb_slot_bytes,
-    .set_page_bytes = vkb_set_page_bytes,
-    .set_slot_bytes = vkb_set_slot_bytes,
+    .pool_write = pool_write,
+    .pool_read = pool_read,
+    .pool_copy = pool_copy,
+    .attend = attend,
+    .page_bytes = page_bytes,
+    .slot_bytes = slot_bytes,
+    .set_page_bytes = set_page_bytes,
+    .set_slot_bytes = set_slot_bytes,
     .measure = vkb_measure,
     .inject_fault = inject_fault,
 };

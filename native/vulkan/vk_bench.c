@@ -31,16 +31,16 @@ gokv_status vkb_timer_create(vkb_device *d, vkb_timer *t, const char *op) {
     return GOKV_OK;
 }
 
-void vkb_timer_start(vkb_call *c, vkb_timer *t) {
+void vkb_timer_start(gpu_call *c, vkb_timer *t) {
     if (t->pool) {
-        vkCmdResetQueryPool(c->cmd, t->pool, 0, 2);
-        vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, t->pool, 0);
+        vkCmdResetQueryPool(vkb_cmd(c), t->pool, 0, 2);
+        vkCmdWriteTimestamp(vkb_cmd(c), VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, t->pool, 0);
     }
     clock_gettime(CLOCK_MONOTONIC, &t->host0);
 }
 
-void vkb_timer_stop(vkb_call *c, vkb_timer *t) {
-    if (t->pool) vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, t->pool, 1);
+void vkb_timer_stop(gpu_call *c, vkb_timer *t) {
+    if (t->pool) vkCmdWriteTimestamp(vkb_cmd(c), VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, t->pool, 1);
 }
 
 /* Milliseconds between start and stop, after the call was submitted; host time (submission included)
@@ -70,8 +70,8 @@ gokv_status vkb_measure(void *dev_, uint64_t bytes, gokv_device_ceilings *out) {
     const char *op = "gokv_device_measure";
     vkb_device *d = dev_;
     if (bytes == 0) bytes = 256u << 20;
-    if (bytes > d->max_storage_range) bytes = d->max_storage_range;
-    if (bytes > d->device_local_bytes / 4) bytes = d->device_local_bytes / 4;
+    if (bytes > d->base.caps.max_binding_bytes) bytes = d->base.caps.max_binding_bytes;
+    if (bytes > d->base.caps.memory_bytes / 4) bytes = d->base.caps.memory_bytes / 4;
     bytes &= ~(uint64_t)255u;
     enum { REPS = 8 };
     vkb_buffer a, b;
@@ -85,19 +85,19 @@ gokv_status vkb_measure(void *dev_, uint64_t bytes, gokv_device_ceilings *out) {
     st = vkb_timer_create(d, &t, op);
     double best = 0;
     for (int round = 0; round < 3 && st == GOKV_OK; round++) {
-        vkb_call c;
-        if ((st = vkb_call_begin(d, NULL, 0, 0, 0, &c)) != GOKV_OK) break;
+        gpu_call c;
+        if ((st = gpu_call_begin(&d->base, NULL, 0, 0, 0, &c)) != GOKV_OK) break;
         const VkBufferCopy region = {.srcOffset = 0, .dstOffset = 0, .size = bytes};
-        vkCmdFillBuffer(c.cmd, a.buf, 0, VK_WHOLE_SIZE, (uint32_t)round);
-        vkb_cmd_barrier(&c);
+        vkCmdFillBuffer(vkb_cmd(&c), a.buf, 0, VK_WHOLE_SIZE, (uint32_t)round);
+        gpu_barrier(&c);
         vkb_timer_start(&c, &t);
         for (int i = 0; i < REPS; i++) {
-            vkCmdCopyBuffer(c.cmd, i % 2 ? b.buf : a.buf, i % 2 ? a.buf : b.buf, 1, &region);
-            vkb_cmd_barrier(&c);
+            vkCmdCopyBuffer(vkb_cmd(&c), i % 2 ? b.buf : a.buf, i % 2 ? a.buf : b.buf, 1, &region);
+            gpu_barrier(&c);
         }
         vkb_timer_stop(&c, &t);
-        st = vkb_call_submit(&c, op);
-        vkb_call_end(&c);
+        st = gpu_call_submit(&c, op);
+        gpu_call_end(&c);
         if (st == GOKV_OK) {
             const double ms = vkb_timer_ms(d, &t);
             const double g = ms > 0 ? 2.0 * (double)bytes * REPS / (ms * 1e-3) / 1e9 : 0;

@@ -142,19 +142,20 @@ static int has_extension(const VkExtensionProperties *ext, uint32_t n, const cha
     return 0;
 }
 
-/* Per-vendor defaults (README "Tuning"), then the environment's overrides. */
+/* Per-vendor defaults (README "Tuning"), then the environment's overrides; then the plan's view of the
+ * device (gpu_caps) from the limits and the tuning. */
 static void choose_tuning(vkb_device *d) {
-    vkb_tuning *t = &d->tune;
+    gpu_caps *t = &d->base.caps;
     t->wg_size = 64;
-    t->subgroup_size = 0;
+    d->subgroup_request = 0;
     t->chunk_size = 512;
     switch (d->props.vendorID) {
     case 0x1002: /* AMD: wave32 (RDNA's native width for compute), two waves per workgroup */
-        if (d->subgroup_control && d->subgroup_min <= 32 && d->subgroup_max >= 32) t->subgroup_size = 32;
+        if (d->subgroup_control && d->subgroup_min <= 32 && d->subgroup_max >= 32) d->subgroup_request = 32;
         break;
     case 0x10DE: /* NVIDIA: warps of 32 */ t->wg_size = 128; break;
     case 0x8086: /* Intel: SIMD16 by default */
-        if (d->subgroup_control && d->subgroup_min <= 16 && d->subgroup_max >= 16) t->subgroup_size = 16;
+        if (d->subgroup_control && d->subgroup_min <= 16 && d->subgroup_max >= 16) d->subgroup_request = 16;
         break;
     default: break;
     }
@@ -162,7 +163,7 @@ static void choose_tuning(vkb_device *d) {
     if (env_uint("GOKV_VULKAN_WG", &v)) t->wg_size = v;
     if (env_uint("GOKV_VULKAN_SUBGROUP", &v)) {
         if (d->subgroup_control && v >= d->subgroup_min && v <= d->subgroup_max && (v & (v - 1)) == 0)
-            t->subgroup_size = v;
+            d->subgroup_request = v;
         else
             gokv_log(GOKV_LOG_WARN, "vulkan", "device_open",
                      "GOKV_VULKAN_SUBGROUP=%u not applied: this device %s subgroup sizes %u..%u", v,
@@ -171,10 +172,16 @@ static void choose_tuning(vkb_device *d) {
     }
     if (env_uint("GOKV_VULKAN_CHUNK", &v)) t->chunk_size = (int32_t)v;
     if (t->wg_size > d->max_wg_invocations) t->wg_size = d->max_wg_invocations;
-    const uint32_t sg = t->subgroup_size ? t->subgroup_size : d->subgroup_max;
+    const uint32_t sg = d->subgroup_request ? d->subgroup_request : d->subgroup_max;
     if (t->wg_size < sg) t->wg_size = sg;
-    const uint32_t budget = d->max_shared_bytes / 2;
+    const uint32_t budget = t->max_shared_bytes / 2;
     t->shared_budget = budget < 16384 ? budget : 16384;
+    t->subgroup_size = d->subgroup_request ? d->subgroup_request : d->subgroup_size;
+    /* a pipeline that requires no size may get any size the device allows */
+    t->subgroup_min = d->subgroup_request ? d->subgroup_request
+                                          : d->subgroup_min < d->subgroup_size ? d->subgroup_min : d->subgroup_size;
+    /* on a discrete GPU the up buffer is host memory across a bus: the plan stages inputs in scratch */
+    t->stage_inputs = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
 }
 
 static void query_properties(vkb_device *d, int api13, int ext_sgc) {
@@ -193,17 +200,18 @@ static void query_properties(vkb_device *d, int api13, int ext_sgc) {
     d->subgroup_min = (api13 || ext_sgc) && sgc.minSubgroupSize ? sgc.minSubgroupSize : sg.subgroupSize;
     d->subgroup_max = (api13 || ext_sgc) && sgc.maxSubgroupSize ? sgc.maxSubgroupSize : sg.subgroupSize;
     d->subgroup_control = (api13 || ext_sgc) && (sgc.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT);
-    d->max_shared_bytes = d->props.limits.maxComputeSharedMemorySize;
+    gpu_caps *caps = &d->base.caps;
+    caps->max_shared_bytes = d->props.limits.maxComputeSharedMemorySize;
     d->max_wg_invocations = d->props.limits.maxComputeWorkGroupInvocations;
-    for (int i = 0; i < 3; i++) d->max_groups[i] = d->props.limits.maxComputeWorkGroupCount[i];
-    d->max_storage_range = d->props.limits.maxStorageBufferRange;
-    if (m3.maxMemoryAllocationSize && m3.maxMemoryAllocationSize < d->max_storage_range)
-        d->max_storage_range = m3.maxMemoryAllocationSize;
-    d->max_storage_range &= ~(VkDeviceSize)3u;
-    for (uint32_t i = 0; i < d->mem_props.memoryHeapCount; i++)
+    for (int i = 0; i < 3; i++) caps->max_groups[i] = d->props.limits.maxComputeWorkGroupCount[i];
+    caps->max_binding_bytes = d->props.limits.maxStorageBufferRange;
+    if (m3.maxMemoryAllocationSize && m3.maxMemoryAllocationSize < caps->max_binding_bytes)
+        caps->max_binding_bytes = m3.maxMemoryAllocationSize;
+    caps->max_binding_bytes &= ~(uint64_t)3u;
+    for (uint32_t i = 0; i < d->mem_props.memoryHeapCount; i++) /* the largest device-local heap */
         if ((d->mem_props.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
-            d->mem_props.memoryHeaps[i].size > d->device_local_bytes)
-            d->device_local_bytes = d->mem_props.memoryHeaps[i].size;
+            d->mem_props.memoryHeaps[i].size > caps->memory_bytes)
+            caps->memory_bytes = d->mem_props.memoryHeaps[i].size;
 }
 
 static gokv_status create_instance(vkb_device *d, int validation) {
@@ -328,24 +336,24 @@ static gokv_status create_objects(vkb_device *d) {
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VK_TRY(d, vkCreateFence(d->dev, &fci, NULL, &d->fence), op, "vkCreateFence");
 
-    VkDescriptorSetLayoutBinding b[VKB_N_BINDINGS];
-    for (uint32_t i = 0; i < VKB_N_BINDINGS; i++)
+    VkDescriptorSetLayoutBinding b[GPU_N_BINDINGS];
+    for (uint32_t i = 0; i < GPU_N_BINDINGS; i++)
         b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
                                               .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                               .descriptorCount = 1,
                                               .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     VkDescriptorSetLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                           .bindingCount = VKB_N_BINDINGS,
+                                           .bindingCount = GPU_N_BINDINGS,
                                            .pBindings = b};
     VK_TRY(d, vkCreateDescriptorSetLayout(d->dev, &lci, NULL, &d->set_layout), op, "vkCreateDescriptorSetLayout");
-    VkPushConstantRange pr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = VKB_PUSH_BYTES};
+    VkPushConstantRange pr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = GPU_PUSH_BYTES};
     VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                        .setLayoutCount = 1,
                                        .pSetLayouts = &d->set_layout,
                                        .pushConstantRangeCount = 1,
                                        .pPushConstantRanges = &pr};
     VK_TRY(d, vkCreatePipelineLayout(d->dev, &plci, NULL, &d->pipeline_layout), op, "vkCreatePipelineLayout");
-    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = VKB_N_BINDINGS};
+    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = GPU_N_BINDINGS};
     VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
                                        .maxSets = 1,
                                        .poolSizeCount = 1,
@@ -398,6 +406,8 @@ void vkb_device_close(void *dev_) {
 gokv_status vkb_device_open(const gokv_device_desc *desc, void **impl) {
     vkb_device *d = calloc(1, sizeof *d);
     if (!d) return gokv_set_error(GOKV_ENOMEM, "gokv_device_open: vulkan: out of memory");
+    d->base.ops = &vkb_ops;
+    d->base.backend = "vulkan";
     pthread_mutex_init(&d->mu, NULL);
     pthread_mutex_init(&d->pipe_mu, NULL);
     gokv_status st = create_instance(d, env_flag("GOKV_VULKAN_VALIDATION"));
@@ -413,7 +423,7 @@ gokv_status vkb_device_open(const gokv_device_desc *desc, void **impl) {
     gokv_log(GOKV_LOG_INFO, "vulkan", "device_open",
              "%s (vendor 0x%04x), subgroup %u (%u..%u%s), workgroup %u, chunk %d", d->props.deviceName,
              d->props.vendorID, d->subgroup_size, d->subgroup_min, d->subgroup_max,
-             d->subgroup_control ? ", size control" : "", d->tune.wg_size, d->tune.chunk_size);
+             d->subgroup_control ? ", size control" : "", d->base.caps.wg_size, d->base.caps.chunk_size);
     *impl = d;
     return GOKV_OK;
 }
@@ -422,11 +432,11 @@ gokv_status vkb_device_info(void *dev_, gokv_device_info *out) {
     vkb_device *d = dev_;
     snprintf(out->name, sizeof out->name, "%.127s", d->props.deviceName);
     const uint32_t v = d->props.apiVersion;
-    const uint32_t sg = d->tune.subgroup_size ? d->tune.subgroup_size : d->subgroup_size;
+    const uint32_t sg = d->base.caps.subgroup_size;
     snprintf(out->features, sizeof out->features, "vulkan %u.%u subgroup %u (%u..%u%s) wg %u chunk %d",
              VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v), sg, d->subgroup_min, d->subgroup_max,
-             d->subgroup_control ? ", size control" : "", d->tune.wg_size, d->tune.chunk_size);
-    out->memory_bytes = d->device_local_bytes;
+             d->subgroup_control ? ", size control" : "", d->base.caps.wg_size, d->base.caps.chunk_size);
+    out->memory_bytes = d->base.caps.memory_bytes;
     out->subgroup_size = (int32_t)sg;
     out->n_threads = 1;
     out->caps = GOKV_CAP_DECODE | GOKV_CAP_PREFILL | GOKV_CAP_LEARNED_SINKS | GOKV_CAP_WINDOW | GOKV_CAP_MLA |

@@ -33,11 +33,12 @@ void vkb_buffer_destroy(vkb_device *d, vkb_buffer *b) {
 gokv_status vkb_buffer_create(vkb_device *d, VkDeviceSize size, int host, const char *op, const char *what,
                                  vkb_buffer *out) {
     memset(out, 0, sizeof *out);
-    if (size > d->max_storage_range)
+    const VkDeviceSize max_range = d->base.caps.max_binding_bytes;
+    if (size > max_range)
         return gokv_set_error(GOKV_ENOMEM,
                               "%s: vulkan: %s needs %llu bytes, more than this device's largest storage buffer "
                               "(maxStorageBufferRange %llu bytes)",
-                              op, what, (unsigned long long)size, (unsigned long long)d->max_storage_range);
+                              op, what, (unsigned long long)size, (unsigned long long)max_range);
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .size = size,
                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
@@ -85,7 +86,7 @@ gokv_status vkb_buffer_reserve(vkb_device *d, vkb_buffer *b, VkDeviceSize size, 
     if (b->buf && b->size >= size) return GOKV_OK;
     VkDeviceSize want = b->size * 2 > size ? b->size * 2 : size;
     want = (want + 65535u) & ~(VkDeviceSize)65535u;
-    if (want > d->max_storage_range) want = size;
+    if (want > d->base.caps.max_binding_bytes) want = size;
     vkb_buffer_destroy(d, b);
     return vkb_buffer_create(d, want, host, op, what, b);
 }

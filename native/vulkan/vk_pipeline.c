@@ -1,6 +1,7 @@
 /*
- * vk_pipeline.c: compute pipelines: the specialization constants of a pool's layout, the embedded SPIR-V
- * looked up by shader name, and the per-device cache of pipelines by (shader, constants).
+ * vk_pipeline.c: compute pipelines (gpu_ops.pipeline): the embedded SPIR-V looked up by shader name,
+ * specialized with the plan's constants (GPU_SPEC_*), and the per-device cache of pipelines by (shader,
+ * constants).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -11,48 +12,13 @@
 
 /* ---- pipelines ---- */
 
-void vkb_pool_spec(const vkb_device *d, const gokv_layout *L, uint32_t spec[VKB_SPEC_COUNT]) {
-    memset(spec, 0, sizeof(uint32_t) * VKB_SPEC_COUNT);
-    spec[VKB_SPEC_FORMAT] = (uint32_t)L->format;
-    spec[VKB_SPEC_BITS] = (uint32_t)L->bits;
-    spec[VKB_SPEC_GROUP] = (uint32_t)L->group;
-    spec[VKB_SPEC_PAGE_SIZE] = (uint32_t)L->page_size;
-    spec[VKB_SPEC_N_KV_HEADS] = (uint32_t)L->n_kv_heads;
-    spec[VKB_SPEC_D_K] = (uint32_t)L->d_k;
-    spec[VKB_SPEC_D_V] = (uint32_t)L->d_v;
-    spec[VKB_SPEC_V_IS_K_PREFIX] = (uint32_t)L->v_is_k_prefix;
-    spec[VKB_SPEC_KIVI] = (uint32_t)L->kivi;
-    spec[VKB_SPEC_RING_ROWS] = (uint32_t)L->ring_rows;
-    spec[VKB_SPEC_PAGE_WORDS] = (uint32_t)(L->page_bytes / 4u);
-    spec[VKB_SPEC_K_CODES_W] = (uint32_t)(L->k_codes / 4u);
-    spec[VKB_SPEC_K_SCALE_H] = (uint32_t)(L->k_scale / 2u);
-    spec[VKB_SPEC_K_BIAS_H] = (uint32_t)(L->k_bias / 2u);
-    spec[VKB_SPEC_V_CODES_W] = (uint32_t)(L->v_codes / 4u);
-    spec[VKB_SPEC_V_SCALE_H] = (uint32_t)(L->v_scale / 2u);
-    spec[VKB_SPEC_V_BIAS_H] = (uint32_t)(L->v_bias / 2u);
-    spec[VKB_SPEC_K_CODES_HEAD_W] = (uint32_t)(L->k_codes_head / 4u);
-    spec[VKB_SPEC_K_SB_HEAD_H] = (uint32_t)(L->k_sb_head / 2u);
-    spec[VKB_SPEC_V_CODES_HEAD_W] = (uint32_t)(L->v_codes_head / 4u);
-    spec[VKB_SPEC_V_SB_HEAD_H] = (uint32_t)(L->v_sb_head / 2u);
-    spec[VKB_SPEC_K_ROW_W] = (uint32_t)(L->k_row_bytes / 4u);
-    spec[VKB_SPEC_V_ROW_W] = (uint32_t)(L->v_row_bytes / 4u);
-    spec[VKB_SPEC_K_GROUPS] = (uint32_t)L->k_groups;
-    spec[VKB_SPEC_V_GROUPS] = (uint32_t)L->v_groups;
-    spec[VKB_SPEC_RING_K_H] = (uint32_t)(L->ring_k / 2u);
-    spec[VKB_SPEC_RING_V_H] = (uint32_t)(L->ring_v / 2u);
-    spec[VKB_SPEC_RING_HALVES] = (uint32_t)(L->ring_bytes / 2u);
-    spec[VKB_SPEC_K_TILED] = (uint32_t)L->k_tiled;
-    spec[VKB_SPEC_WG_SIZE] = d->tune.wg_size;
-    spec[VKB_SPEC_SUBGROUP_SIZE] = d->tune.subgroup_size ? d->tune.subgroup_size : d->subgroup_size;
-}
-
 static const vkb_spirv *find_spirv(const char *name) {
     for (int32_t i = 0; i < gokv_vk_spirv_count; i++)
         if (strcmp(gokv_vk_spirv[i].name, name) == 0) return &gokv_vk_spirv[i];
     return NULL;
 }
 
-static gokv_status create_pipeline(vkb_device *d, const vkb_spirv *code, const uint32_t spec[VKB_SPEC_COUNT],
+static gokv_status create_pipeline(vkb_device *d, const vkb_spirv *code, const uint32_t spec[GPU_SPEC_COUNT],
                                    VkPipeline *out) {
     const char *op = "vulkan pipeline";
     VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -61,22 +27,22 @@ static gokv_status create_pipeline(vkb_device *d, const vkb_spirv *code, const u
     VkShaderModule module;
     VK_TRY(d, vkCreateShaderModule(d->dev, &mi, NULL, &module), op, code->name);
 
-    VkSpecializationMapEntry entries[VKB_SPEC_COUNT];
-    for (uint32_t i = 0; i < VKB_SPEC_COUNT; i++)
+    VkSpecializationMapEntry entries[GPU_SPEC_COUNT];
+    for (uint32_t i = 0; i < GPU_SPEC_COUNT; i++)
         entries[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * 4u, .size = 4u};
-    VkSpecializationInfo si = {.mapEntryCount = VKB_SPEC_COUNT,
+    VkSpecializationInfo si = {.mapEntryCount = GPU_SPEC_COUNT,
                                .pMapEntries = entries,
-                               .dataSize = sizeof(uint32_t) * VKB_SPEC_COUNT,
+                               .dataSize = sizeof(uint32_t) * GPU_SPEC_COUNT,
                                .pData = spec};
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT req = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT,
-        .requiredSubgroupSize = d->tune.subgroup_size};
+        .requiredSubgroupSize = d->subgroup_request};
     VkPipelineShaderStageCreateInfo stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                                              .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                                              .module = module,
                                              .pName = "main",
                                              .pSpecializationInfo = &si};
-    if (d->subgroup_control && d->tune.subgroup_size) stage.pNext = &req;
+    if (d->subgroup_control && d->subgroup_request) stage.pNext = &req;
     VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
                                       .stage = stage,
                                       .layout = d->pipeline_layout};
@@ -86,7 +52,7 @@ static gokv_status create_pipeline(vkb_device *d, const vkb_spirv *code, const u
     return GOKV_OK;
 }
 
-static gokv_status get_pipeline_locked(vkb_device *d, const char *shader, const uint32_t spec[VKB_SPEC_COUNT],
+static gokv_status get_pipeline_locked(vkb_device *d, const char *shader, const uint32_t spec[GPU_SPEC_COUNT],
                                        VkPipeline *out) {
     const vkb_spirv *code = find_spirv(shader);
     if (!code) return gokv_set_error(GOKV_EINTERNAL, "vulkan: shader \"%s\" is not embedded in this build", shader);
@@ -117,9 +83,12 @@ static gokv_status get_pipeline_locked(vkb_device *d, const char *shader, const 
     return GOKV_OK;
 }
 
-gokv_status vkb_get_pipeline(vkb_device *d, const char *shader, const uint32_t spec[VKB_SPEC_COUNT], VkPipeline *out) {
+gokv_status vkb_pipeline(gpu_device *dev, const char *name, const uint32_t spec[GPU_SPEC_COUNT], gpu_pipeline *out) {
+    vkb_device *d = (vkb_device *)dev;
+    VkPipeline pl = VK_NULL_HANDLE;
     pthread_mutex_lock(&d->pipe_mu);
-    gokv_status st = get_pipeline_locked(d, shader, spec, out);
+    gokv_status st = get_pipeline_locked(d, name, spec, &pl);
     pthread_mutex_unlock(&d->pipe_mu);
+    *out = (gpu_pipeline)pl;
     return st;
 }

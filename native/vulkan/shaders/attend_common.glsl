@@ -3,7 +3,7 @@
 // copy the baseline materialized in the scratch buffer: define ATTEND_KV_IN_SCRATCH before including this
 // file).
 //
-// One workgroup runs one work item of the host's plan (vk_attend.c): one kv head of one sequence, nq =
+// One workgroup runs one work item of the host's plan (native/gpu/gpu_attend.c): one kv head of one sequence, nq =
 // nrows x nheads query vectors (query rows [qrow0, qrow0 + nrows), heads [head0, head0 + nheads) of the
 // kv head's group), and the visible tokens [a0, a1) then [b0, b1) (a chunk of the sink range + window
 // range). It walks those tokens in blocks of WG_SIZE, with the online softmax state (m, l) of every query
@@ -23,7 +23,7 @@
 // (out = o / (l + e^(σ - m)), zeros when nothing was visible) or writes its partial (m, l, o[D_V]) to
 // `scratch` for reduce.comp. Nothing dequantized is ever stored: keys and values are decoded in registers.
 //
-// Attention mass (MASS, VKB_SPEC_OP4; a separate pipeline, so the plain one is unchanged): phase A also
+// Attention mass (MASS, GPU_SPEC_OP4; a separate pipeline, so the plain one is unchanged): phase A also
 // stores the scores s = α q·k of the counted query rows (the sequence's rows from mass_row0 on) for every
 // token of the item's ranges, NEG where the row does not see the token, at scratch word
 // score_w + ((row - mass_row0) * n_heads_q + head) * kv_len + t; finalize stores each row's softmax factors
@@ -45,7 +45,7 @@
 // shared memory across gl_NumSubgroups subgroups (NSG_MAX, set by the host from the smallest subgroup
 // size the device may use).
 //
-// Specialization constants of this op (VKB_SPEC_OP0..3): NQ_MAX query vectors per item, CPI value
+// Specialization constants of this op (GPU_SPEC_OP0..3): NQ_MAX query vectors per item, CPI value
 // channels per unit, NSG_MAX subgroups per workgroup at most, INPUTS_STAGED (attend_inputs.glsl).
 
 #extension GL_KHR_shader_subgroup_basic : require
@@ -68,8 +68,8 @@ const uint UPI = (NU + WG_SIZE - 1u) / WG_SIZE;         // units per invocation
 const uint TS = NU >= WG_SIZE ? 1u : WG_SIZE / NU;      // token slices of phase C
 const uint ITEM_WORDS = 12u, SEQ_WORDS = 11u;
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_ATTEND); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_ATTEND); // the fields: gpu_push.h
 
 #include "attend_inputs.glsl"
 
@@ -228,7 +228,7 @@ void load_value_unit(int pg, uint slot, uint head, uint rs, uint c0) {
 
 // ---- the work item ----
 
-// One work item of the host's plan (vk_attend.c: ITEM_WORDS words in the item table, SEQ_WORDS per
+// One work item of the host's plan (native/gpu/gpu_attend.c: ITEM_WORDS words in the item table, SEQ_WORDS per
 // sequence), and what follows from it.
 struct Item {
     uint kvh, qrow0, nrows, head0, nheads, pos0; // kv head, query rows and heads, position of row qrow0

@@ -1,7 +1,7 @@
 // attend_inputs.glsl: where the attention shaders (attend, baseline_attend, reduce, baseline_dequant)
 // read their inputs (queries, sink logits, page tables, masks, work tables). The host writes them to the
 // up buffer; on a discrete GPU, where up is host memory behind PCIe, it first copies them into the
-// device-local scratch buffer at word pc.in_base (INPUTS_STAGED, VKB_SPEC_OP3), so that the many
+// device-local scratch buffer at word pc.in_base (INPUTS_STAGED, GPU_SPEC_OP3), so that the many
 // workgroups that read the same queries and page tables (every split-K chunk) read device memory.
 // Word offsets inside the inputs are the same either way. Include after common.glsl and the Push block.
 

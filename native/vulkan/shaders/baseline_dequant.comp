@@ -13,8 +13,8 @@ layout(local_size_x_id = 28) in;
 #define UP_QUAL readonly
 #include "common.glsl"
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_DEQUANT); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_DEQUANT); // the fields: gpu_push.h
 
 #include "attend_inputs.glsl"
 

@@ -1,6 +1,6 @@
 // common.glsl: what every gokv compute shader shares (include it after #version 450 and
-// "#extension GL_GOOGLE_include_directive : require"). Mirrors native/vulkan/vk_internal.h:
-// specialization constants (VKB_SPEC_*), the five storage buffers of set 0, fp16 conversions that agree
+// "#extension GL_GOOGLE_include_directive : require"). Mirrors native/gpu/gpu_plan.h:
+// specialization constants (GPU_SPEC_*), the five storage buffers of set 0, fp16 conversions that agree
 // bit for bit with bridge/gokv_half.h, and element access for the page layout of bridge/gokv_layout.h.
 //
 // Before including, a shader that only reads the pool defines GOKV_READ_ONLY_POOL (pages and rings
@@ -24,7 +24,7 @@
 #define DOWN_QUAL
 #endif
 
-// ---- specialization constants (ids = VKB_SPEC_*) ----
+// ---- specialization constants (ids = GPU_SPEC_*) ----
 layout(constant_id = 0) const uint FORMAT = 0;        // 0 f32, 1 f16, 2 q8, 3 q4, 4 kivi2, 5 kivi4
 layout(constant_id = 1) const uint BITS = 32;
 layout(constant_id = 2) const uint GROUP = 32;
@@ -55,7 +55,7 @@ layout(constant_id = 26) const uint RING_V_H = 0;
 layout(constant_id = 27) const uint RING_HALVES = 0;
 layout(constant_id = 28) const uint WG_SIZE = 64;     // also local_size_x (layout(local_size_x_id = 28) in;)
 layout(constant_id = 29) const uint SUBGROUP_SIZE = 32;
-// ids 30..33 (VKB_SPEC_OP0..3) are declared by the shaders that use them.
+// ids 30..33 (GPU_SPEC_OP0..3) are declared by the shaders that use them.
 layout(constant_id = 34) const uint K_TILED = 0;      // the layout's k_tiled (q4 keys; see key_word)
 
 const uint FMT_F32 = 0u, FMT_F16 = 1u, FMT_Q8 = 2u, FMT_Q4 = 3u, FMT_KIVI2 = 4u, FMT_KIVI4 = 5u;

@@ -24,8 +24,8 @@ const uint NONE = 0xffffffffu;
 const float NEG = -3.0e38;
 const uint MASS_ITEM_WORDS = 3u, SEQ_WORDS = 11u;
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_MASS); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_MASS); // the fields: gpu_push.h
 
 #include "attend_inputs.glsl"
 

@@ -1,5 +1,5 @@
 // quest_score.comp: Quest's page bounds (gokv_attend_desc.quest_pages), the first pass of a Quest call
-// (vk_attend.c): for each page-table entry of a sequence with a decode row and each kv head,
+// (native/gpu/gpu_attend.c): for each page-table entry of a sequence with a decode row and each kv head,
 //     B = max over the kv head's query heads h of Σ_c max(q_hc · min_c, q_hc · max_c)
 // from the page's key bounds alone (store_bounds.comp keeps them after the pool's pages), summed over the
 // channels in order as native/cpu/quest.c's scalar path does; -inf for entries the host marks NONE
@@ -20,8 +20,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_QUEST_SCORE); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_QUEST_SCORE); // the fields: gpu_push.h
 
 #include "attend_inputs.glsl"
 

@@ -1,5 +1,5 @@
 // quest_select.comp: Quest's page choice (gokv_attend_desc.quest_pages), the second pass of a Quest call
-// (vk_attend.c), after quest_score.comp. One workgroup per (sequence, kv head) chooses what
+// (native/gpu/gpu_attend.c), after quest_score.comp. One workgroup per (sequence, kv head) chooses what
 // native/cpu/quest.c chooses: among the pages that compete (first token below vis, neither a sink page,
 // first < n_sink_tokens, nor a recent page, last > vis - recent; and a bound B != -inf), the k highest
 // bounds, ties to the older page. Without sorting, for any k and page count:
@@ -18,7 +18,7 @@
 // decode row sees [0, vis)), read_all (no query row), the caller's mask word (NONE: none) and its words per
 // kv head (0: shared), the word of kv head 0's mask in the inputs (kv head h's at + h ceil(kv_len / 32)).
 //
-// Specialization constants: NSG_MAX (VKB_SPEC_OP2) subgroups per workgroup at most; INPUTS_STAGED (OP3)
+// Specialization constants: NSG_MAX (GPU_SPEC_OP2) subgroups per workgroup at most; INPUTS_STAGED (OP3)
 // is 1 on every Quest call.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -35,8 +35,8 @@ layout(constant_id = 32) const uint NSG_MAX = 64;
 const uint NONE = 0xffffffffu;
 const uint QSEQ_WORDS = 9u;
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_QUEST_SELECT); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_QUEST_SELECT); // the fields: gpu_push.h
 
 #include "attend_inputs.glsl"
 

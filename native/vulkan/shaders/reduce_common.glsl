@@ -19,8 +19,8 @@
 const uint NONE = 0xffffffffu;
 const float NEG = -3.0e38;
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_REDUCE); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_REDUCE); // the fields: gpu_push.h
 
 #include "attend_inputs.glsl"
 

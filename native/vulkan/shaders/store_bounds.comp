@@ -17,8 +17,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_STORE_BOUNDS); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_STORE_BOUNDS); // the fields: gpu_push.h
 
 const uint PAIRS = D_K / 2u;
 

@@ -20,8 +20,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_STORE_KIVI_KEYS); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_STORE_KIVI_KEYS); // the fields: gpu_push.h
 
 const uint TOKEN_STRIDE = N_KV_HEADS * D_K; // between consecutive tokens, in ring halves and input words
 

@@ -16,8 +16,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_STORE_READ); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_STORE_READ); // the fields: gpu_push.h
 
 void main() {
     uint item = store_item();

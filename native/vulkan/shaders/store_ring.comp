@@ -14,8 +14,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_STORE_RING); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_STORE_RING); // the fields: gpu_push.h
 
 const uint K_WORDS = N_KV_HEADS * D_K / 2u;
 const uint V_WORDS = V_IS_K_PREFIX != 0u ? 0u : N_KV_HEADS * D_V / 2u;

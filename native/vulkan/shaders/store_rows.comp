@@ -23,8 +23,8 @@ layout(local_size_x_id = 28) in;
 #include "common.glsl"
 #include "store_common.glsl"
 
-#include "push.glsl"
-PUSH_BLOCK(GOKV_PUSH_STORE_ROWS); // the fields: push.glsl
+#include "gpu_push.h"
+PUSH_BLOCK(GOKV_PUSH_STORE_ROWS); // the fields: gpu_push.h
 
 const uint UNIT = QUANTIZED ? GROUP : 4u;
 const uint K_UNITS = KIVI != 0u ? 0u : N_KV_HEADS * (D_K / UNIT); // KIVI keys are stored per channel

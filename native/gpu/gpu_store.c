@@ -1,11 +1,12 @@
 /*
- * vk_store.c: quantize-on-write and dequantize-on-read for the Vulkan backend (the slots pool_write and
- * pool_read; docs/architecture.md §4, layouts in bridge/gokv_layout.h). Pages and rings end up byte-identical to
- * what native/cpu/store.c stores, and reads return the same floats bit for bit (the shaders avoid every
- * arithmetic the driver could round differently: see shaders/store_common.glsl).
+ * gpu_store.c: the plan's quantize-on-write and dequantize-on-read (gpu_pool_write, gpu_pool_read: the slots
+ * pool_write and pool_read of every GPU module; docs/architecture.md §4, layouts in bridge/gokv_layout.h).
+ * Pages and rings end up byte-identical to what native/cpu/store.c stores, and reads return the same floats
+ * bit for bit (the kernels avoid every arithmetic the driver could round differently: see the Vulkan
+ * module's shaders/store_common.glsl).
  *
  * The host lays out the caller's k and v floats and small per-row records (page, slot, source ...) in the
- * up buffer; the shaders do all the arithmetic, one invocation per independent unit of output:
+ * up buffer; the kernels do all the arithmetic, one invocation per independent unit of output:
  *
  *   per-token formats:  store_rows quantizes every new (token, head) row into its page slot.
  *   KIVI:               a sequence growing from n0 to n1 tokens quantizes the groups of positions
@@ -22,40 +23,26 @@
  *                       positions; KIVI: the quantized groups), starting afresh at slot 0.
  *   read:               store_read dequantizes each requested element (page, ring or zero).
  *
- * A call is one submission unless its buffers would exceed the device's storage buffer range (Vulkan only
- * guarantees 128 MiB): then it is cut into chunks of consecutive input rows, one submission each. Writing
- * a sequence's tokens in consecutive pieces stores exactly what writing them at once does, and every
- * chunk's buffers and pipelines are acquired before the first is submitted, so only a lost device can
- * leave a call half done.
+ * A call is one submission unless its buffers would exceed what one binding of the device may address
+ * (caps.max_binding_bytes; Vulkan only guarantees 128 MiB): then it is cut into chunks of consecutive input
+ * rows, one submission each. Writing a sequence's tokens in consecutive pieces stores exactly what writing
+ * them at once does, and every chunk's buffers and pipelines are acquired before the first is submitted, so
+ * only a lost device can leave a call half done.
  */
 #include <string.h>
 
-#include "vk_internal.h"
+#include "gpu_internal.h"
 
-/* Words of the per-row records in up, as the shaders read them. */
+/* Words of the per-row records in up, as the kernels read them. */
 enum { ROW_META = 4, KEY_GROUP_META = 6, RING_META = 3, READ_META = 4, BOUNDS_META = 3 };
-#define NONE 0xffffffffu /* "no ring slot" / "released page" in a record */
+#define NONE GPU_NONE /* "no ring slot" / "released page" in a record */
 
-/* Push constants: the shaders' Push blocks, from the field lists of shaders/push.glsl. */
-VKB_PUSH_STRUCT(rows_push, GOKV_PUSH_STORE_ROWS);           /* store_rows */
-VKB_PUSH_STRUCT(kivi_keys_push, GOKV_PUSH_STORE_KIVI_KEYS); /* store_kivi_keys */
-VKB_PUSH_STRUCT(ring_push, GOKV_PUSH_STORE_RING);           /* store_ring */
-VKB_PUSH_STRUCT(read_push, GOKV_PUSH_STORE_READ);           /* store_read */
-VKB_PUSH_STRUCT(bounds_push, GOKV_PUSH_STORE_BOUNDS);       /* store_bounds */
-
-/* Dispatches items invocations (workgroups of wg) as a 2D grid, so that no count exceeds 65535. Callers keep
- * items below 2^32 (see chunk_fits). */
-static void dispatch(vkb_call *c, VkPipeline pl, const void *push, uint32_t push_bytes, uint64_t items, uint32_t wg) {
-    const uint64_t groups = (items + wg - 1) / wg;
-    const uint32_t gx = groups < 65535 ? (uint32_t)groups : 65535u;
-    vkb_cmd_dispatch(c, pl, push, push_bytes, gx, (uint32_t)((groups + gx - 1) / gx), 1);
-}
-
-/* The most 4-byte words one buffer of a call may hold. */
-static uint64_t word_limit(const vkb_device *D) {
-    const uint64_t w = D->max_storage_range / 4u;
-    return w < UINT32_MAX ? w : UINT32_MAX;
-}
+/* Push constants: the kernels' Push blocks, from the field lists of gpu_push.h. */
+GPU_PUSH_STRUCT(rows_push, GOKV_PUSH_STORE_ROWS);           /* store_rows */
+GPU_PUSH_STRUCT(kivi_keys_push, GOKV_PUSH_STORE_KIVI_KEYS); /* store_kivi_keys */
+GPU_PUSH_STRUCT(ring_push, GOKV_PUSH_STORE_RING);           /* store_ring */
+GPU_PUSH_STRUCT(read_push, GOKV_PUSH_STORE_READ);           /* store_read */
+GPU_PUSH_STRUCT(bounds_push, GOKV_PUSH_STORE_BOUNDS);       /* store_bounds */
 
 /* The rows of sequence s that lie in the input rows [r0, r1): rows [row, row + n), positions from pos. */
 typedef struct piece {
@@ -124,8 +111,8 @@ static int chunk_fits(const gokv_layout *L, const write_count *c, uint64_t limit
 }
 
 /* The end r1 of the chunk of input rows starting at r0: as many rows as fit (chunk_fits). */
-static gokv_status chunk_end(const char *op, const gokv_layout *L, const gokv_write_desc *d, int64_t r0, uint64_t limit,
-                             int64_t *r1, write_count *out) {
+static gokv_status chunk_end(const char *op, const char *backend, const gokv_layout *L, const gokv_write_desc *d,
+                             int64_t r0, uint64_t limit, int64_t *r1, write_count *out) {
     const int64_t rows = d->tok_indptr[d->n_seqs];
     write_count c = {0, 0, 0, 0};
     for (int32_t s = 0; s < d->n_seqs; s++) {
@@ -147,8 +134,8 @@ static gokv_status chunk_end(const char *op, const gokv_layout *L, const gokv_wr
         }
         count_piece(L, p.pos, lo, &c);
         if (p.row + lo == r0)
-            return gokv_set_error(GOKV_ENOMEM, "%s: one token of sequence %d needs more than the device's %llu-byte "
-                                  "storage buffer range", op, s, (unsigned long long)limit * 4u);
+            return gokv_set_error(GOKV_ENOMEM, "%s: %s: one token of sequence %d needs more than the device's %llu-byte "
+                                  "buffer binding range", op, backend, s, (unsigned long long)limit * 4u);
         *r1 = p.row + lo;
         *out = c;
         return GOKV_OK;
@@ -238,32 +225,32 @@ static uint64_t fill_bounds_meta(const gokv_layout *L, const gokv_write_desc *d,
 
 /* The pipelines a write of this pool may use (acquired up front, so no chunk fails on one). */
 typedef struct write_pipes {
-    VkPipeline rows, kivi_keys, ring, bounds;
+    gpu_pipeline rows, kivi_keys, ring, bounds;
     uint32_t wg;
 } write_pipes;
 
-static gokv_status get_write_pipes(vkb_device *D, const gokv_layout *L, write_pipes *wp) {
-    uint32_t spec[VKB_SPEC_COUNT];
-    vkb_pool_spec(D, L, spec);
+static gokv_status get_write_pipes(gpu_device *D, const gokv_layout *L, write_pipes *wp) {
+    uint32_t spec[GPU_SPEC_COUNT];
+    gpu_pool_spec(D, L, spec);
     memset(wp, 0, sizeof *wp);
-    wp->wg = spec[VKB_SPEC_WG_SIZE];
+    wp->wg = spec[GPU_SPEC_WG_SIZE];
     gokv_status st = GOKV_OK;
-    if (!(L->kivi && L->v_is_k_prefix)) st = vkb_get_pipeline(D, "store_rows", spec, &wp->rows);
-    if (!st && L->kivi) st = vkb_get_pipeline(D, "store_kivi_keys", spec, &wp->kivi_keys);
-    if (!st && L->kivi) st = vkb_get_pipeline(D, "store_ring", spec, &wp->ring);
-    if (!st && L->key_bounds) st = vkb_get_pipeline(D, "store_bounds", spec, &wp->bounds);
+    if (!(L->kivi && L->v_is_k_prefix)) st = gpu_get_pipeline(D, "store_rows", spec, &wp->rows);
+    if (!st && L->kivi) st = gpu_get_pipeline(D, "store_kivi_keys", spec, &wp->kivi_keys);
+    if (!st && L->kivi) st = gpu_get_pipeline(D, "store_ring", spec, &wp->ring);
+    if (!st && L->key_bounds) st = gpu_get_pipeline(D, "store_bounds", spec, &wp->bounds);
     return st;
 }
 
 /* One submission: input rows [r0, r1) of the write, whose records c counts; up_bytes >= what they need. */
-static gokv_status write_chunk(vkb_device *D, vkb_pool *p, const gokv_layout *L, const gokv_write_desc *d,
+static gokv_status write_chunk(gpu_device *D, gpu_pool *p, const gokv_layout *L, const gokv_write_desc *d,
                                const write_pipes *wp, int64_t r0, int64_t r1, const write_count *c,
                                uint64_t up_bytes) {
-    static const char *const op = "gokv_pool_write (vulkan)";
+    static const char *const op = "gokv_pool_write";
     const write_layout w = layout_write(L, c);
     const uint64_t H = (uint64_t)L->n_kv_heads;
-    vkb_call call;
-    gokv_status st = vkb_call_begin(D, p, up_bytes, 0, 0, &call);
+    gpu_call call;
+    gokv_status st = gpu_call_begin(D, p, up_bytes, 0, 0, &call);
     if (st) return st;
     uint32_t *up = (uint32_t *)call.up;
     memcpy(up + w.k_w, d->k + (size_t)r0 * H * L->d_k, (w.v_w - w.k_w) * 4u);
@@ -276,52 +263,52 @@ static gokv_status write_chunk(vkb_device *D, vkb_pool *p, const gokv_layout *L,
     if (c->groups > 0) {
         const uint64_t items = c->groups * H * (uint64_t)L->d_k;
         const kivi_keys_push push = {(uint32_t)w.k_w, (uint32_t)w.key_meta_w, (uint32_t)items};
-        dispatch(&call, wp->kivi_keys, &push, sizeof push, items, wp->wg);
+        gpu_dispatch_linear(&call, wp->kivi_keys, &push, sizeof push, items, wp->wg);
     }
     if (w.meta_rows > 0) {
         const uint64_t unit = L->group ? (uint64_t)L->group : 4u; /* store_rows' UNIT, K_UNITS, V_UNITS */
         const uint64_t units = (L->kivi ? 0 : H * (uint64_t)L->d_k / unit) + (L->v_is_k_prefix ? 0 : H * (uint64_t)L->d_v / unit);
         const rows_push push = {(uint32_t)w.k_w, (uint32_t)w.v_w, (uint32_t)w.row_meta_w, (uint32_t)(w.meta_rows * units)};
-        dispatch(&call, wp->rows, &push, sizeof push, w.meta_rows * units, wp->wg);
+        gpu_dispatch_linear(&call, wp->rows, &push, sizeof push, w.meta_rows * units, wp->wg);
     }
     const uint64_t n_bounds = L->key_bounds ? fill_bounds_meta(L, d, r0, r1, up + w.bounds_meta_w) : 0;
     if (n_bounds > 0) { /* after the keys are stored; the ring pass below reads nothing it writes */
-        vkb_cmd_barrier(&call);
+        gpu_barrier(&call);
         const uint64_t items = n_bounds * H * (uint64_t)L->d_k / 2u;
         const bounds_push push = {(uint32_t)w.bounds_meta_w, p->bounds_w, 0u, (uint32_t)items};
-        dispatch(&call, wp->bounds, &push, sizeof push, items, wp->wg);
+        gpu_dispatch_linear(&call, wp->bounds, &push, sizeof push, items, wp->wg);
     }
     if (c->ring_tokens > 0) {
-        if (c->groups > 0) vkb_cmd_barrier(&call);
+        if (c->groups > 0) gpu_barrier(&call);
         const uint64_t items = c->ring_tokens * H * (uint64_t)(L->d_k + (L->v_is_k_prefix ? 0 : L->d_v)) / 2u;
         const ring_push push = {(uint32_t)w.k_w, (uint32_t)w.v_w, (uint32_t)w.ring_meta_w, (uint32_t)items};
-        dispatch(&call, wp->ring, &push, sizeof push, items, wp->wg);
+        gpu_dispatch_linear(&call, wp->ring, &push, sizeof push, items, wp->wg);
     }
-    st = vkb_call_submit(&call, op);
-    vkb_call_end(&call);
+    st = gpu_call_submit(&call, op);
+    gpu_call_end(&call);
     return st;
 }
 
-gokv_status vkb_pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *d) {
-    static const char *const op = "gokv_pool_write (vulkan)";
-    vkb_device *D = dev;
+gokv_status gpu_pool_write(gpu_device *D, gpu_pool *pool, const gokv_write_desc *d) {
+    static const char *const op = "gokv_pool_write";
+    const gokv_layout *L = &pool->L;
     const int64_t rows = d->tok_indptr[d->n_seqs];
     if (rows == 0) return GOKV_OK;
-    const uint64_t limit = word_limit(D);
+    const uint64_t limit = gpu_word_limit(D);
     /* plan the chunks once for the largest, so the up buffer grows (if at all) before anything is written */
     uint64_t max_words = 0;
     int64_t r1;
     write_count c;
     gokv_status st;
     for (int64_t r0 = 0; r0 < rows; r0 = r1) {
-        if ((st = chunk_end(op, L, d, r0, limit, &r1, &c))) return st;
+        if ((st = chunk_end(op, D->backend, L, d, r0, limit, &r1, &c))) return st;
         const uint64_t words = count_words(L, &c);
         max_words = words > max_words ? words : max_words;
     }
     write_pipes wp;
     if ((st = get_write_pipes(D, L, &wp))) return st;
     for (int64_t r0 = 0; r0 < rows; r0 = r1) {
-        (void)chunk_end(op, L, d, r0, limit, &r1, &c); /* succeeded when planning */
+        (void)chunk_end(op, D->backend, L, d, r0, limit, &r1, &c); /* succeeded when planning */
         if ((st = write_chunk(D, pool, L, d, &wp, r0, r1, &c, max_words * 4u))) return st;
     }
     return GOKV_OK;
@@ -346,39 +333,39 @@ static void fill_read_meta(const gokv_layout *L, const gokv_read_desc *d, int64_
     }
 }
 
-gokv_status vkb_pool_read(void *dev, void *pool, const gokv_layout *L, const gokv_read_desc *d) {
-    static const char *const op = "gokv_pool_read (vulkan)";
-    vkb_device *D = dev;
+gokv_status gpu_pool_read(gpu_device *D, gpu_pool *pool, const gokv_read_desc *d) {
+    static const char *const op = "gokv_pool_read";
+    const gokv_layout *L = &pool->L;
     const int64_t rows = d->tok_indptr[d->n_seqs];
     if (rows == 0) return GOKV_OK;
     const uint64_t H = (uint64_t)L->n_kv_heads;
     const uint64_t k_row = H * (uint64_t)L->d_k, v_row = d->v_out ? H * (uint64_t)L->d_v : 0;
     const uint64_t row_words = k_row + v_row > READ_META ? k_row + v_row : READ_META;
-    const int64_t chunk_rows = (int64_t)(word_limit(D) / row_words);
+    const int64_t chunk_rows = (int64_t)(gpu_word_limit(D) / row_words);
     if (chunk_rows == 0)
-        return gokv_set_error(GOKV_ENOMEM, "%s: one token needs more than the device's %llu-byte storage buffer range",
-                              op, (unsigned long long)word_limit(D) * 4u);
+        return gokv_set_error(GOKV_ENOMEM, "%s: %s: one token needs more than the device's %llu-byte buffer binding range",
+                              op, D->backend, (unsigned long long)gpu_word_limit(D) * 4u);
     const int64_t first = rows < chunk_rows ? rows : chunk_rows; /* the largest chunk comes first */
 
-    uint32_t spec[VKB_SPEC_COUNT];
-    vkb_pool_spec(D, L, spec);
-    VkPipeline pl;
-    gokv_status st = vkb_get_pipeline(D, "store_read", spec, &pl);
+    uint32_t spec[GPU_SPEC_COUNT];
+    gpu_pool_spec(D, L, spec);
+    gpu_pipeline pl;
+    gokv_status st = gpu_get_pipeline(D, "store_read", spec, &pl);
     for (int64_t r0 = 0; !st && r0 < rows; r0 += chunk_rows) {
         const int64_t n = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
-        vkb_call c;
-        if ((st = vkb_call_begin(D, pool, (uint64_t)first * READ_META * 4u, 0, (uint64_t)first * (k_row + v_row) * 4u, &c)))
+        gpu_call c;
+        if ((st = gpu_call_begin(D, pool, (uint64_t)first * READ_META * 4u, 0, (uint64_t)first * (k_row + v_row) * 4u, &c)))
             break;
         fill_read_meta(L, d, r0, r0 + n, (uint32_t *)c.up);
         const uint64_t k_items = (uint64_t)n * k_row, items = (uint64_t)n * (k_row + v_row);
         const read_push push = {0, 0, (uint32_t)k_items, (uint32_t)k_items, (uint32_t)items};
-        dispatch(&c, pl, &push, sizeof push, items, spec[VKB_SPEC_WG_SIZE]);
-        st = vkb_call_submit(&c, op);
+        gpu_dispatch_linear(&c, pl, &push, sizeof push, items, spec[GPU_SPEC_WG_SIZE]);
+        st = gpu_call_submit(&c, op);
         if (!st) {
             memcpy(d->k_out + (size_t)r0 * k_row, c.down, k_items * 4u);
             if (d->v_out) memcpy(d->v_out + (size_t)r0 * v_row, c.down + k_items * 4u, (items - k_items) * 4u);
         }
-        vkb_call_end(&c);
+        gpu_call_end(&c);
     }
     return st;
 }

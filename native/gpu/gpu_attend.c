@@ -1,16 +1,16 @@
 /*
- * vk_attend.c: fused attention for the Vulkan backend (the slot attend; docs/architecture.md §5), decode and
- * prefill, straight from the compressed pages: nothing dequantized is ever written to device memory on this
- * path.
+ * gpu_attend.c: the plan's fused attention (gpu_attend: the slot attend of every GPU module;
+ * docs/architecture.md §5), decode and prefill, straight from the compressed pages: nothing dequantized is
+ * ever written to device memory on this path.
  *
- * The host cuts the call into work items, as native/cpu/attend.c does, and the shaders run one workgroup
- * per item (shaders/attend_common.glsl has the in-item algorithm: token-parallel scores, online softmax,
- * channel-parallel value accumulation):
+ * The host cuts the call into work items, as native/cpu/attend.c does, and the kernels run one workgroup
+ * per item (the Vulkan module's shaders/attend_common.glsl has the in-item algorithm: token-parallel scores,
+ * online softmax, channel-parallel value accumulation):
  *   - an item is one kv head of one sequence, a tile of query rows and a subset of the kv head's query
  *     heads: nq = rows x heads query vectors. When the whole group (G = Hq / Hkv heads) fits, an item
  *     takes all of it, so each K/V element is decoded once per group. The bound on nq comes from the
  *     shared memory budget (the queries live there: MLA's d_k = 576 takes fewer heads per item) and from
- *     the registers that hold the output accumulators; the shaders are specialized for the call's largest
+ *     the registers that hold the output accumulators; the kernels are specialized for the call's largest
  *     nq (NQ_MAX), so a decode step of a GQA 4:1 model runs items of 4 vectors.
  *   - the tokens a tile can see are at most two ranges, the sink tokens [0, n_sink) and the window
  *     (p0 - W, p1] (or [0, p1]), laid end to end. Decode rows and short prefills (<= 16 rows, as on the
@@ -23,13 +23,14 @@
  * One call is one command buffer: [copy inputs ->] [quest_score -> quest_select ->] [baseline_dequant ->]
  * attend (or baseline_attend) [-> reduce] [-> mass]. The host writes the inputs (queries, sink logits, page
  * tables, masks, and the sequence, item, reduce, baseline-page, mass and Quest tables below) to the up buffer;
- * on a discrete GPU, where up is host memory, they are first copied into the device-local scratch buffer,
- * since every split-K chunk reads its queries and page table again (shaders/attend_inputs.glsl). Scratch
+ * on a discrete GPU (caps.stage_inputs), where up is host memory, they are first copied into the
+ * device-local scratch buffer, since every split-K chunk reads its queries and page table again
+ * (shaders/attend_inputs.glsl). Scratch
  * holds, in order: the baseline's f32 pages, the split-K partials, the mass pass's softmax factors and scores,
  * Quest's bounds, the staged inputs. down receives out, then mass, then Quest's bounds and choices. Every
  * pass reads what the one before wrote, behind a barrier.
  *
- * Attention mass (desc.mass): the attention pass runs its MASS variant (VKB_SPEC_OP4 = 1; the plain
+ * Attention mass (desc.mass): the attention pass runs its MASS variant (GPU_SPEC_OP4 = 1; the plain
  * pipeline is untouched): for the counted rows (each sequence's last mass_rows rows, or all) it stores
  * every score s = α q·k of the tokens its ranges cover (NEG where a row does not see a token) into scratch,
  * [counted row][query head][kv_len] per sequence, and the softmax factors (a, b) of every row and head,
@@ -47,7 +48,7 @@
  * pass skips the blocks and whole chunks in which its kv head's mask has no bit set, so what a mask hides
  * costs next to nothing (attend_common.glsl).
  *
- * Specialization constants of attend / baseline_attend (VKB_SPEC_OP0..3): NQ_MAX query vectors per item,
+ * Specialization constants of attend / baseline_attend (GPU_SPEC_OP0..3): NQ_MAX query vectors per item,
  * CPI value channels per invocation and unit, NSG_MAX subgroups per workgroup at most (from the smallest
  * subgroup size the device may give the pipeline), INPUTS_STAGED; reduce and baseline_dequant use
  * INPUTS_STAGED (OP3) only.
@@ -70,7 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vk_internal.h"
+#include "gpu_internal.h"
 
 enum {
     DEFAULT_CHUNK = 512,
@@ -78,21 +79,21 @@ enum {
     NQ_LIMIT = 64,       /* query vectors per item: scores held in registers */
     ACC_BUDGET = 64,     /* output accumulators per invocation (registers) */
     TS_LIMIT = 8,        /* token slices of the value pass, summed through shared memory at the end */
-    MAX_GRID = 65535,
 };
-#define NONE 0xffffffffu
+#define NONE GPU_NONE
+#define MAX_GRID ((int64_t)GPU_MAX_GRID)
 
-/* Records of the input tables, word for word as the shaders read them. */
+/* Records of the input tables, word for word as the kernels read them. */
 enum { ITEM_WORDS = 12, SEQ_WORDS = 11, REDUCE_WORDS = 5, TPAGE_WORDS = 5, MASS_ITEM_WORDS = 3, QSEQ_WORDS = 9 };
 enum { MASS_SPAN_BLOCKS = 4 }; /* tokens per mass item: this many workgroups' worth */
 
-/* Push constants: the shaders' Push blocks, from the field lists of shaders/push.glsl. */
-VKB_PUSH_STRUCT(attend_push, GOKV_PUSH_ATTEND);   /* attend, baseline_attend */
-VKB_PUSH_STRUCT(reduce_push, GOKV_PUSH_REDUCE);   /* reduce */
-VKB_PUSH_STRUCT(dequant_push, GOKV_PUSH_DEQUANT); /* baseline_dequant */
-VKB_PUSH_STRUCT(mass_push, GOKV_PUSH_MASS);       /* mass */
-VKB_PUSH_STRUCT(quest_score_push, GOKV_PUSH_QUEST_SCORE);   /* quest_score */
-VKB_PUSH_STRUCT(quest_select_push, GOKV_PUSH_QUEST_SELECT); /* quest_select */
+/* Push constants: the kernels' Push blocks, from the field lists of gpu_push.h. */
+GPU_PUSH_STRUCT(attend_push, GOKV_PUSH_ATTEND);   /* attend, baseline_attend */
+GPU_PUSH_STRUCT(reduce_push, GOKV_PUSH_REDUCE);   /* reduce */
+GPU_PUSH_STRUCT(dequant_push, GOKV_PUSH_DEQUANT); /* baseline_dequant */
+GPU_PUSH_STRUCT(mass_push, GOKV_PUSH_MASS);       /* mass */
+GPU_PUSH_STRUCT(quest_score_push, GOKV_PUSH_QUEST_SCORE);   /* quest_score */
+GPU_PUSH_STRUCT(quest_select_push, GOKV_PUSH_QUEST_SELECT); /* quest_select */
 
 /* Visible token ranges: gokv_visible_ranges (gokv_backend.h), shared by every backend. */
 typedef gokv_range seg;
@@ -132,27 +133,26 @@ static uint64_t shared_bytes(const gokv_layout *L, uint32_t nq, uint32_t wg, uin
 }
 
 /* Subgroups a workgroup may be cut into, at most: by the smallest subgroup size its pipelines may get. */
-static uint32_t max_subgroups(const vkb_device *dev, uint32_t wg) {
-    uint32_t smallest = dev->subgroup_min < dev->subgroup_size ? dev->subgroup_min : dev->subgroup_size;
-    if (dev->subgroup_control && dev->tune.subgroup_size) smallest = dev->tune.subgroup_size;
-    if (smallest == 0) smallest = 1;
+static uint32_t max_subgroups(const gpu_device *dev, uint32_t wg) {
+    const uint32_t smallest = dev->caps.subgroup_min ? dev->caps.subgroup_min : 1u;
     return (wg + smallest - 1) / smallest;
 }
 
 /* Query vectors an item may hold: shared memory for their queries and softmax state, and registers for
  * their accumulators (at least ceil(d_v / wg) channels each). */
-static gokv_status item_capacity(const vkb_device *dev, const gokv_layout *L, plan *p, uint32_t *cap) {
-    uint64_t budget = dev->tune.shared_budget ? dev->tune.shared_budget : dev->max_shared_bytes;
-    if (budget > dev->max_shared_bytes) budget = dev->max_shared_bytes;
+static gokv_status item_capacity(const gpu_device *dev, const gokv_layout *L, plan *p, uint32_t *cap) {
+    const gpu_caps *caps = &dev->caps;
+    uint64_t budget = caps->shared_budget ? caps->shared_budget : caps->max_shared_bytes;
+    if (budget > caps->max_shared_bytes) budget = caps->max_shared_bytes;
     const uint32_t min_channels = ((uint32_t)L->d_v + p->wg - 1) / p->wg;
     uint32_t n = NQ_LIMIT;
     while (n > 1 && (shared_bytes(L, n, p->wg, p->nsg) > budget || n * min_channels > ACC_BUDGET)) n--;
-    if (shared_bytes(L, n, p->wg, p->nsg) > dev->max_shared_bytes)
+    if (shared_bytes(L, n, p->wg, p->nsg) > caps->max_shared_bytes)
         return gokv_set_error(GOKV_ENOTSUP,
-                              "gokv_attend: vulkan: d_k %d / d_v %d with workgroups of %u need %llu bytes of shared "
+                              "gokv_attend: %s: d_k %d / d_v %d with workgroups of %u need %llu bytes of shared "
                               "memory, more than this device's %u",
-                              L->d_k, L->d_v, p->wg, (unsigned long long)shared_bytes(L, 1, p->wg, p->nsg),
-                              dev->max_shared_bytes);
+                              dev->backend, L->d_k, L->d_v, p->wg, (unsigned long long)shared_bytes(L, 1, p->wg, p->nsg),
+                              caps->max_shared_bytes);
     *cap = n;
     return GOKV_OK;
 }
@@ -384,12 +384,6 @@ static void fill_up(const gokv_attend_desc *d, const gokv_layout *L, plan *p, ui
     if (p->quest) fill_quest(d, L, p, up);
 }
 
-/* 2D grid of n workgroups (x at most MAX_GRID); the shaders linearize y * num_x + x and skip the tail. */
-static void dispatch_items(vkb_call *c, VkPipeline pl, const void *push, uint32_t push_bytes, int64_t n) {
-    const uint32_t gx = n < MAX_GRID ? (uint32_t)n : MAX_GRID;
-    vkb_cmd_dispatch(c, pl, push, push_bytes, gx, (uint32_t)((n + gx - 1) / gx), 1);
-}
-
 /* Reserves n words at *w; returns their offset. */
 static uint64_t take(uint64_t *w, uint64_t n) {
     const uint64_t at = *w;
@@ -402,13 +396,13 @@ typedef struct attend_job {
     plan p;
     int baseline;
     int staged;                         /* inputs copied from up into scratch at in_base (discrete GPUs) */
-    VkPipeline attend, reduce, dequant, mass, mass_keys; /* all but attend: VK_NULL_HANDLE when not needed */
-    VkPipeline quest_score, quest_select;
+    gpu_pipeline attend, reduce, dequant, mass, mass_keys; /* all but attend: NULL when not needed */
+    gpu_pipeline quest_score, quest_select;
     uint64_t tpage_words, in_base, scratch_words, down_bytes;
 } attend_job;
 
 /* Plans the call (items, buffer layout) and gets its pipelines. */
-static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const gokv_layout *L,
+static gokv_status attend_prepare(gpu_device *dev, const gpu_pool *pool, const gokv_layout *L,
                                   const gokv_attend_desc *d, attend_job *j) {
     const char *op = "gokv_attend";
     plan *p = &j->p;
@@ -417,11 +411,11 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     p->mass = d->mass != NULL; /* never with the baseline (the core refuses it) */
     p->quest = d->quest_pages > 0; /* never with the baseline (the core refuses it) */
     /* Quest's masks are made on the device among the staged inputs, so a Quest call always stages them */
-    j->staged = dev->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU || p->quest;
+    j->staged = dev->caps.stage_inputs || p->quest;
     p->rows = d->q_indptr[d->n_seqs];
     p->G = d->n_heads_q / L->n_kv_heads;
-    p->chunk = d->chunk_size > 0 ? d->chunk_size : dev->tune.chunk_size > 0 ? dev->tune.chunk_size : DEFAULT_CHUNK;
-    p->wg = dev->tune.wg_size;
+    p->chunk = d->chunk_size > 0 ? d->chunk_size : dev->caps.chunk_size > 0 ? dev->caps.chunk_size : DEFAULT_CHUNK;
+    p->wg = dev->caps.wg_size;
     p->nsg = max_subgroups(dev, p->wg);
     uint32_t cap = 1;
     gokv_status st = item_capacity(dev, L, p, &cap);
@@ -442,8 +436,8 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     }
     if (p->n_items > (int64_t)MAX_GRID * MAX_GRID || p->n_reduce > (int64_t)MAX_GRID * MAX_GRID ||
         p->n_mass_items > (int64_t)MAX_GRID * MAX_GRID || p->n_key_items > (int64_t)MAX_GRID * MAX_GRID)
-        return gokv_set_error(GOKV_ENOMEM, "%s: vulkan: %lld work items are more than one call can dispatch; split the batch",
-                              op, (long long)p->n_items);
+        return gokv_set_error(GOKV_ENOMEM, "%s: %s: %lld work items are more than one call can dispatch; split the batch",
+                              op, dev->backend, (long long)p->n_items);
 
     /* the f32 pool the baseline expands into */
     gokv_layout F;
@@ -490,102 +484,100 @@ static gokv_status attend_prepare(vkb_device *dev, const vkb_pool *pool, const g
     p->qsel_down_w = p->quest && d->quest_selected ? take(&w, (uint64_t)d->n_seqs * H * (uint64_t)d->quest_pages) : NONE;
     p->down_words = w;
     j->down_bytes = w * 4u;
-    const uint64_t limit = dev->max_storage_range;
+    const uint64_t limit = dev->caps.max_binding_bytes;
     if (p->up_words * 4u > limit || j->scratch_words * 4u > limit || j->down_bytes > limit)
         return gokv_set_error(GOKV_ENOMEM,
-                              "%s: vulkan: the call needs %llu bytes of inputs, %llu of scratch (%llu of them baseline "
-                              "f32 pages, %llu attention mass scores) and %llu of outputs; this device's storage "
-                              "buffers hold %llu bytes at most: attend fewer rows or sequences per call (or count "
+                              "%s: %s: the call needs %llu bytes of inputs, %llu of scratch (%llu of them baseline "
+                              "f32 pages, %llu attention mass scores) and %llu of outputs; this device's buffer "
+                              "bindings hold %llu bytes at most: attend fewer rows or sequences per call (or count "
                               "fewer mass rows)",
-                              op, (unsigned long long)(p->up_words * 4u), (unsigned long long)(j->scratch_words * 4u),
+                              op, dev->backend, (unsigned long long)(p->up_words * 4u), (unsigned long long)(j->scratch_words * 4u),
                               (unsigned long long)(j->tpage_words * 4u), (unsigned long long)(p->score_words * 4u),
                               (unsigned long long)j->down_bytes,
                               (unsigned long long)limit);
 
     /* pipelines */
-    uint32_t spec[VKB_SPEC_COUNT];
+    uint32_t spec[GPU_SPEC_COUNT];
     if (j->baseline)
-        vkb_pool_spec(dev, &F, spec);
+        gpu_pool_spec(dev, &F, spec);
     else
         memcpy(spec, pool->spec, sizeof spec);
-    spec[VKB_SPEC_OP0] = p->nq_max;
-    spec[VKB_SPEC_OP1] = p->cpi;
-    spec[VKB_SPEC_OP2] = p->nsg;
-    spec[VKB_SPEC_OP3] = (uint32_t)j->staged;
-    spec[VKB_SPEC_OP4] = (uint32_t)p->mass;
-    st = vkb_get_pipeline(dev, j->baseline ? "baseline_attend" : "attend", spec, &j->attend);
-    spec[VKB_SPEC_OP4] = 0;
-    if (!st && p->n_key_items) st = vkb_get_pipeline(dev, "mass_keys", spec, &j->mass_keys);
+    spec[GPU_SPEC_OP0] = p->nq_max;
+    spec[GPU_SPEC_OP1] = p->cpi;
+    spec[GPU_SPEC_OP2] = p->nsg;
+    spec[GPU_SPEC_OP3] = (uint32_t)j->staged;
+    spec[GPU_SPEC_OP4] = (uint32_t)p->mass;
+    st = gpu_get_pipeline(dev, j->baseline ? "baseline_attend" : "attend", spec, &j->attend);
+    spec[GPU_SPEC_OP4] = 0;
+    if (!st && p->n_key_items) st = gpu_get_pipeline(dev, "mass_keys", spec, &j->mass_keys);
     memcpy(spec, pool->spec, sizeof spec);
-    spec[VKB_SPEC_OP3] = (uint32_t)j->staged;
-    if (!st && p->n_reduce) st = vkb_get_pipeline(dev, p->mass ? "reduce_mass" : "reduce", spec, &j->reduce);
-    if (!st && p->n_tpages) st = vkb_get_pipeline(dev, "baseline_dequant", spec, &j->dequant);
-    if (!st && p->n_mass_items) st = vkb_get_pipeline(dev, "mass", spec, &j->mass);
-    if (!st && p->quest) st = vkb_get_pipeline(dev, "quest_score", spec, &j->quest_score);
-    spec[VKB_SPEC_OP2] = p->nsg;
-    if (!st && p->quest) st = vkb_get_pipeline(dev, "quest_select", spec, &j->quest_select);
+    spec[GPU_SPEC_OP3] = (uint32_t)j->staged;
+    if (!st && p->n_reduce) st = gpu_get_pipeline(dev, p->mass ? "reduce_mass" : "reduce", spec, &j->reduce);
+    if (!st && p->n_tpages) st = gpu_get_pipeline(dev, "baseline_dequant", spec, &j->dequant);
+    if (!st && p->n_mass_items) st = gpu_get_pipeline(dev, "mass", spec, &j->mass);
+    if (!st && p->quest) st = gpu_get_pipeline(dev, "quest_score", spec, &j->quest_score);
+    spec[GPU_SPEC_OP2] = p->nsg;
+    if (!st && p->quest) st = gpu_get_pipeline(dev, "quest_select", spec, &j->quest_select);
     return st;
 }
 
 /* Fills the call's up buffer and records its commands: [staging copy ->] [quest_score -> quest_select ->]
  * [baseline_dequant ->] attend [-> reduce] [-> mass]. */
-static void attend_record(vkb_call *c, const gokv_layout *L, const gokv_attend_desc *d, attend_job *j) {
+static void attend_record(gpu_call *c, const gokv_layout *L, const gokv_attend_desc *d, attend_job *j) {
     plan *p = &j->p;
     const uint32_t in_base = (uint32_t)j->in_base;
     fill_up(d, L, p, (uint32_t *)c->up, j->baseline);
     if (j->staged) {
-        const VkBufferCopy region = {.srcOffset = 0, .dstOffset = j->in_base * 4u, .size = p->up_words * 4u};
-        vkCmdCopyBuffer(c->cmd, c->d->up.buf, c->d->scratch.buf, 1, &region);
-        vkb_cmd_barrier(c);
+        c->d->ops->copy(c, GPU_UP, 0, GPU_SCRATCH, j->in_base * 4u, p->up_words * 4u);
+        gpu_barrier(c);
     }
     if (p->quest) { /* bounds, then the choice and the masks attend reads, behind a barrier each */
         const uint64_t n_scores = (uint64_t)d->page_indptr[d->n_seqs] * (uint64_t)L->n_kv_heads;
         const quest_score_push qp = {(uint32_t)n_scores, (uint32_t)p->qentry_w, (uint32_t)p->b_w,
                                      c->p->bounds_w, (uint32_t)(d->n_heads_q / L->n_kv_heads), in_base};
-        vkb_dispatch_linear(c, j->quest_score, &qp, sizeof qp, n_scores, c->p->spec[VKB_SPEC_WG_SIZE]);
-        vkb_cmd_barrier(c);
+        gpu_dispatch_linear(c, j->quest_score, &qp, sizeof qp, n_scores, c->p->spec[GPU_SPEC_WG_SIZE]);
+        gpu_barrier(c);
         const quest_select_push sp = {(uint32_t)d->n_seqs * (uint32_t)L->n_kv_heads, (uint32_t)p->qseq_w,
                                       (uint32_t)p->b_w, (uint32_t)p->qbounds_down_w, (uint32_t)p->qsel_down_w,
                                       (uint32_t)d->quest_pages, (uint32_t)d->n_sink_tokens,
                                       (uint32_t)d->quest_recent, in_base};
-        dispatch_items(c, j->quest_select, &sp, sizeof sp, (int64_t)d->n_seqs * L->n_kv_heads);
-        vkb_cmd_barrier(c);
+        gpu_dispatch_items(c, j->quest_select, &sp, sizeof sp, (int64_t)d->n_seqs * L->n_kv_heads);
+        gpu_barrier(c);
     }
     if (j->dequant) {
         const dequant_push dp = {(uint32_t)p->n_tpages, (uint32_t)p->tpage_w, (uint32_t)p->f_page_w,
                                  (uint32_t)p->f_v_w, (uint32_t)p->f_head_w, in_base};
-        dispatch_items(c, j->dequant, &dp, sizeof dp, p->n_tpages);
-        vkb_cmd_barrier(c);
+        gpu_dispatch_items(c, j->dequant, &dp, sizeof dp, p->n_tpages);
+        gpu_barrier(c);
     }
     const attend_push ap = {(uint32_t)p->n_items, (uint32_t)p->item_w, (uint32_t)p->seq_w, (uint32_t)p->q_w,
                             (uint32_t)p->sink_w, (uint32_t)j->tpage_words, (uint32_t)d->n_heads_q, d->window,
                             d->n_sink_tokens, d->scale, in_base, (uint32_t)p->stats_w};
-    dispatch_items(c, j->attend, &ap, sizeof ap, p->n_items);
+    gpu_dispatch_items(c, j->attend, &ap, sizeof ap, p->n_items);
     if (j->reduce) {
-        vkb_cmd_barrier(c);
+        gpu_barrier(c);
         const reduce_push rp = {(uint32_t)p->n_reduce, (uint32_t)p->reduce_w, (uint32_t)j->tpage_words,
                                 (uint32_t)p->sink_w, in_base, (uint32_t)p->stats_w};
-        dispatch_items(c, j->reduce, &rp, sizeof rp, p->n_reduce);
+        gpu_dispatch_items(c, j->reduce, &rp, sizeof rp, p->n_reduce);
     }
     if (j->mass) { /* reads the scores and the factors of attend and reduce */
-        vkb_cmd_barrier(c);
+        gpu_barrier(c);
         const mass_push mp = {(uint32_t)p->n_mass_items, (uint32_t)p->mass_item_w, (uint32_t)p->seq_w,
                               (uint32_t)p->stats_w, (uint32_t)d->n_heads_q, d->window, d->n_sink_tokens,
                               p->mass_span, in_base};
-        dispatch_items(c, j->mass, &mp, sizeof mp, p->n_mass_items);
+        gpu_dispatch_items(c, j->mass, &mp, sizeof mp, p->n_mass_items);
     }
     if (j->mass_keys) { /* the same reads; other sequences' mass than mass.comp's, in the same buffer */
-        vkb_cmd_barrier(c);
+        gpu_barrier(c);
         attend_push kp = ap;
         kp.n_items = (uint32_t)p->n_key_items;
         kp.item_w = (uint32_t)p->key_item_w;
-        dispatch_items(c, j->mass_keys, &kp, sizeof kp, p->n_key_items);
+        gpu_dispatch_items(c, j->mass_keys, &kp, sizeof kp, p->n_key_items);
     }
 }
 
-gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv_attend_desc *d) {
-    vkb_device *dev = dev_;
-    vkb_pool *pool = pool_;
+gokv_status gpu_attend(gpu_device *dev, gpu_pool *pool, const gokv_attend_desc *d) {
+    const gokv_layout *L = &pool->L;
     if (d->n_seqs == 0 || d->q_indptr[d->n_seqs] == 0) { /* no query rows: no token gets any mass */
         const uint64_t H = (uint64_t)L->n_kv_heads;
         if (d->mass) {
@@ -602,11 +594,11 @@ gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv
     attend_job j;
     gokv_status st = attend_prepare(dev, pool, L, d, &j);
     if (st) return st;
-    vkb_call c;
-    st = vkb_call_begin(dev, pool, j.p.up_words * 4u, j.scratch_words * 4u, j.down_bytes, &c);
+    gpu_call c;
+    st = gpu_call_begin(dev, pool, j.p.up_words * 4u, j.scratch_words * 4u, j.down_bytes, &c);
     if (st) return st;
     attend_record(&c, L, d, &j);
-    st = vkb_call_submit(&c, "gokv_attend");
+    st = gpu_call_submit(&c, "gokv_attend");
     if (!st) {
         const plan *p = &j.p;
         memcpy(d->out, c.down, (size_t)(p->mass_down_w * 4u));
@@ -618,6 +610,6 @@ gokv_status vkb_attend(void *dev_, void *pool_, const gokv_layout *L, const gokv
             memcpy(d->quest_selected, c.down + p->qsel_down_w * 4u,
                    (size_t)d->n_seqs * (size_t)L->n_kv_heads * (size_t)d->quest_pages * sizeof(int32_t));
     }
-    vkb_call_end(&c);
+    gpu_call_end(&c);
     return st;
 }
