@@ -9,5 +9,5 @@ package native
 import "embed"
 
 //go:embed cpu/*.c cpu/*.h cpu/kernels/*.c cpu/kernels/*.h vulkan/*.c vulkan/*.h vulkan/shaders gpu/*.c gpu/*.h
-//go:embed metal/*.h metal/kernels metal/emu/*.c metal/emu/*.cc metal/emu/*.h metal/emu/msl simt/*.cc simt/*.h
+//go:embed metal/*.h metal/kernels metal/emu/*.c metal/emu/*.cc metal/emu/*.h metal/emu/msl metal/host/*.m metal/host/*.h simt/*.cc simt/*.h
 var sources embed.FS
