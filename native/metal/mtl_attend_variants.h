@@ -8,8 +8,8 @@
  * UPI the value units a thread owns, ceil(D_V / CPI / WG_SIZE), rounded up to a power of two. The instances
  * are every such triple with NQ <= 64, CPI <= 16, UPI <= 8, NQ·CPI <= 64, CPI·UPI <= 16 and NQ·CPI·UPI <= 128,
  * which holds whatever the plan asks of 128-thread threadgroups (its NQ_LIMIT, ACC_BUDGET and pick_cpi keep
- * NQ_MAX·CPI·units <= 64 before rounding). A spec outside them (much smaller threadgroups) returns -2: no
- * instance. Threadgroup memory (attend.h's attend_layout_of, for the spec's NQ_MAX, not the rounded one):
+ * NQ_MAX·CPI·units <= 64 before rounding). A spec outside them (much smaller threadgroups) still gets its
+ * instance's name, which the kernel lists lack: the module's lookup then fails naming it. Threadgroup memory (attend.h's attend_layout_of, for the spec's NQ_MAX, not the rounded one):
  *     NQ_MAX (max(D_K, D_V) + WG_SIZE + 2 NSG_MAX + 3 + Q4G) + 4 WG_SIZE + NSG_MAX words,
  * NSG_MAX = OP2, Q4G = D_K / GROUP for q4 pools (the per-group query sums of the pre-divided q4 dot product),
  * else 0. That is the plan's shared_bytes (gpu_attend.c) plus NSG_MAX + NQ_MAX·Q4G words, which a Metal
@@ -33,12 +33,6 @@ static inline uint32_t mtl_attend_pow2(uint32_t x) {
     return n;
 }
 
-/* Whether attend.metal / baseline_attend.metal have the instance <nq, cpi, upi> (all powers of two). */
-static inline int mtl_attend_has_instance(uint32_t nq, uint32_t cpi, uint32_t upi) {
-    return nq >= 1 && nq <= 64 && cpi >= 1 && cpi <= 16 && upi >= 1 && upi <= 8 && nq * cpi <= 64 &&
-           cpi * upi <= 16 && nq * cpi * upi <= 128;
-}
-
 /* Groups of a q4 key row the pre-divided query sums over (attend.h's q4_groups), else 0. */
 static inline uint32_t mtl_attend_q4_groups(const uint32_t spec[GPU_SPEC_COUNT]) {
     return spec[GPU_SPEC_FORMAT] == 3u /* GOKV_FORMAT_Q4 */ && spec[GPU_SPEC_GROUP] ? spec[GPU_SPEC_D_K] / spec[GPU_SPEC_GROUP]
@@ -57,7 +51,6 @@ static inline int mtl_variant_attend(const char *name, const uint32_t spec[GPU_S
         targs[0] = mtl_attend_pow2(nq_max);
         targs[1] = cpi;
         targs[2] = mtl_attend_pow2(upi ? upi : 1u);
-        if (!wg || mtl_attend_pow2(cpi) != cpi || !mtl_attend_has_instance(targs[0], targs[1], targs[2])) return -2;
         const uint32_t dmax = d_k > d_v ? d_k : d_v;
         const uint32_t words = nq_max * (dmax + wg + 2u * nsg + 3u + q4g) + 4u * wg + nsg;
         *tg_words = (words + 3u) & ~3u;
@@ -65,7 +58,6 @@ static inline int mtl_variant_attend(const char *name, const uint32_t spec[GPU_S
     }
     if (strcmp(name, "mass_keys") == 0) {
         targs[0] = mtl_attend_pow2(nq_max);
-        if (targs[0] > 64) return -2;
         *tg_words = (nq_max * (d_k + q4g) + 3u) & ~3u;
         return 1;
     }
