@@ -9,7 +9,8 @@
  * are every such triple with NQ <= 64, CPI <= 16, UPI <= 8, NQ·CPI <= 64, CPI·UPI <= 16 and NQ·CPI·UPI <= 128,
  * which holds whatever the plan asks of 128-thread threadgroups (its NQ_LIMIT, ACC_BUDGET and pick_cpi keep
  * NQ_MAX·CPI·units <= 64 before rounding). A spec outside them (much smaller threadgroups) still gets its
- * instance's name, which the kernel lists lack: the module's lookup then fails naming it. Threadgroup memory (attend.h's attend_layout_of, for the spec's NQ_MAX, not the rounded one):
+ * instance's name, which the kernel lists lack: the module's lookup then fails naming it.
+ * Threadgroup memory (attend.h's attend_layout_of, for the spec's NQ_MAX, not the rounded one):
  *     NQ_MAX (max(D_K, D_V) + WG_SIZE + 2 NSG_MAX + 3 + Q4G) + 4 WG_SIZE + NSG_MAX words,
  * NSG_MAX = OP2, Q4G = D_K / GROUP for q4 pools (the per-group query sums of the pre-divided q4 dot product),
  * else 0. That is the plan's shared_bytes (gpu_attend.c) plus NSG_MAX + NQ_MAX·Q4G words, which a Metal
@@ -35,8 +36,8 @@ static inline uint32_t mtl_attend_pow2(uint32_t x) {
 
 /* Groups of a q4 key row the pre-divided query sums over (attend.h's q4_groups), else 0. */
 static inline uint32_t mtl_attend_q4_groups(const uint32_t spec[GPU_SPEC_COUNT]) {
-    return spec[GPU_SPEC_FORMAT] == 3u /* GOKV_FORMAT_Q4 */ && spec[GPU_SPEC_GROUP] ? spec[GPU_SPEC_D_K] / spec[GPU_SPEC_GROUP]
-                                                                                   : 0u;
+    const uint32_t g = spec[GPU_SPEC_GROUP];
+    return spec[GPU_SPEC_FORMAT] == GOKV_FORMAT_Q4 && g ? spec[GPU_SPEC_D_K] / g : 0u;
 }
 
 static inline int mtl_variant_attend(const char *name, const uint32_t spec[GPU_SPEC_COUNT],

@@ -180,7 +180,8 @@ template <uint NQ, uint CPI, uint UPI> struct attend_engine {
                 const float sc = kv_half(sh0 + j), bi = kv_half(bh0 + j);
                 for (uint k = 0u; k < wpg; k++) {
                     const uint u = kv.pages[w0 + (j * wpg + k) * step];
-                    for (uint e = 0u; e < epw; e++) dot1(j * GQ + k * epw + e, float((u >> (e * bits)) & mask) * sc + bi);
+                    for (uint e = 0u; e < epw; e++)
+                        dot1(j * GQ + k * epw + e, float((u >> (e * bits)) & mask) * sc + bi);
                 }
             }
         }
@@ -190,7 +191,8 @@ template <uint NQ, uint CPI, uint UPI> struct attend_engine {
     void score_kivi_key(uint page, uint head, uint slot) {
         const uint bits = kv.BITS, wpc = GQ * bits / 32u; // words of one channel in a token group
         const uint jg = slot / GQ, tg = slot % GQ;
-        const uint w0 = page * kv.PAGE_WORDS + kv.K_CODES_W + head * kv.K_CODES_HEAD_W + jg * kv.K_ROW_W + (tg * bits) / 32u;
+        const uint w0 =
+            page * kv.PAGE_WORDS + kv.K_CODES_W + head * kv.K_CODES_HEAD_W + jg * kv.K_ROW_W + (tg * bits) / 32u;
         const uint sh = (tg * bits) % 32u;
         const uint hs = page * kv.PAGE_WORDS * 2u + head * kv.K_SB_HEAD_H + jg * D_K;
         for (uint c = 0u; c < D_K; c++) {
@@ -303,7 +305,8 @@ template <uint NQ, uint CPI, uint UPI> struct attend_engine {
             if (v < n_valid)
                 q = as_type<float>(in[pc.q_w + ((row0 + v / nheads) * pc.n_heads_q + head0 + v % nheads) * D_K + c]) *
                     pc.scale;
-            if (q4_groups != 0u) q *= (c & 3u) == 0u ? 1.0f : (c & 3u) == 1u ? 0.0625f : (c & 3u) == 2u ? 0.00390625f : 0.000244140625f;
+            if (q4_groups != 0u) // 1 / 16^(c % 4)
+                q *= (c & 3u) == 0u ? 1.0f : (c & 3u) == 1u ? 0.0625f : (c & 3u) == 2u ? 0.00390625f : 0.000244140625f;
             qo[x] = q;
         }
         for (uint x = lid; x < NQ_MAX * q4_groups; x += WG) {
@@ -346,7 +349,8 @@ template <uint NQ, uint CPI, uint UPI> struct attend_engine {
         bool found = false;
         if (v0 < it.len_a) found = mask_any(it.mask_w, it.a0 + v0, it.a0 + min(v1, it.len_a), first, step);
         if (v1 > it.len_a)
-            found = found || mask_any(it.mask_w, it.b0 + (max(v0, it.len_a) - it.len_a), it.b0 + (v1 - it.len_a), first, step);
+            found = found ||
+                    mask_any(it.mask_w, it.b0 + (max(v0, it.len_a) - it.len_a), it.b0 + (v1 - it.len_a), first, step);
         return found;
     }
 

@@ -10,8 +10,9 @@
 
 template <uint NQ, uint CPI, uint UPI>
 kernel void attend(MTL_KERNEL_PARAMS) {
-    attend_main<NQ, CPI, UPI>(pages, rings, up, scratch, down, push_words, spec, tg, group_id.y * n_groups.x + group_id.x,
-                              lid, sg_id, n_sg, lane, false);
+    const uint item = group_id.y * n_groups.x + group_id.x;
+    attend_main<NQ, CPI, UPI>(pages, rings, up, scratch, down, push_words, spec, tg, item, lid, sg_id, n_sg, lane,
+                              false);
 }
 
 #define MTL_INSTANCES_ATTEND(X) \

@@ -35,12 +35,14 @@ kernel void mass(MTL_KERNEL_PARAMS) {
         float sum = 0.0f;
         for (uint j = 0u; j < n_rows; j++) {
             if (!sees(pc.window, pc.n_sink_tokens, pos0 + j, t)) continue;
-            const uint sr = score_w + j * pc.n_heads_q * kv_len + t, st = pc.stats_w + 2u * ((row0 + j) * pc.n_heads_q);
+            const uint sr = score_w + j * pc.n_heads_q * kv_len + t;
+            const uint st = pc.stats_w + 2u * ((row0 + j) * pc.n_heads_q);
             for (uint g = 0u; g < G; g++) {
                 const uint head = head0 + g;
                 const float s = as_type<float>(scratch[sr + head * kv_len]);
                 if (s != NEG)
-                    sum += exp(s - as_type<float>(scratch[st + 2u * head])) * as_type<float>(scratch[st + 2u * head + 1u]);
+                    sum += exp(s - as_type<float>(scratch[st + 2u * head])) *
+                           as_type<float>(scratch[st + 2u * head + 1u]);
             }
         }
         down[out_w + t] = as_type<uint>(sum);

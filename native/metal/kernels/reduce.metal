@@ -29,7 +29,8 @@ kernel void reduce(MTL_KERNEL_PARAMS) {
     const uint stats = pc.stats_w + 2u * (out_w / D_V);
     float M = NEG;
     for (uint ch = 0u; ch < n_chunks; ch++)
-        if (as_type<float>(scratch[part + ch * stride + 1u]) > 0.0f) M = max(M, as_type<float>(scratch[part + ch * stride]));
+        if (as_type<float>(scratch[part + ch * stride + 1u]) > 0.0f)
+            M = max(M, as_type<float>(scratch[part + ch * stride]));
     if (M == NEG) {
         for (uint c = lid; c < D_V; c += WG) down[out_w + c] = 0u;
         if (STATS != 0u && lid == 0u) {
