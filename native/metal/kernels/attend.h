@@ -174,7 +174,7 @@ template <uint NQ, uint CPI, uint UPI> struct attend_engine {
                     score[i] += sc * g[i] + bi * qsum[i * q4_groups + j];
                 }
             }
-        } else { // q8 (and q4 when the plain decode is asked for): x = code·s + b per element
+        } else { // q8: x = code·s + b per element (the Vulkan shader's decode, also right for any BITS)
             const uint bits = kv.BITS, mask = kv.CODE_MASK, epw = 32u / bits, wpg = GQ / epw;
             for (uint j = 0u; j < D_K / GQ; j++) {
                 const float sc = kv_half(sh0 + j), bi = kv_half(bh0 + j);
