@@ -17,7 +17,7 @@ report() { # pattern, what
 report '\bsimt\b|\bstd::|\bgokv::' "the emulator's or the C++ library's names"
 report '__cplusplus|__GNUC__|GOKV_MTL_EMU|__clang_major__' "branches on the compiler (the same source must mean the same on both)"
 report '\bdouble\b' "double (no fp64 on Apple GPUs)"
-report '[0-9.]h\b' "half literals such as 0.5h (write half(0.5f))"
+report '(^|[^A-Za-z0-9_.])([0-9]+\.?[0-9]*|\.[0-9]+)h\b' "half literals such as 0.5h (write half(0.5f))"
 report 'function_constant' "function constants (use template parameters)"
 report '\bthreadgroup\s+[A-Za-z_][A-Za-z0-9_:<>]*\s+[A-Za-z_][A-Za-z0-9_]*\s*(\[|;|=)' \
     "threadgroup memory declared as a variable (pass it as a [[threadgroup(n)]] parameter)"
