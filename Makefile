@@ -1,17 +1,20 @@
 # gokv: one entry point for building and testing everything (CI runs `make test` via .ci/run).
 #
-#   make test      deps, native release build + ctest (CPU and Vulkan on lavapipe, validation on),
-#                  ASan+UBSan build + ctest (CPU), NEON under qemu, go vet, go test -race, the
-#                  device-free packages without cgo, go test -tags vulkan
+#   make test      deps, native release build + ctest (CPU, Vulkan on lavapipe with validation on, Metal
+#                  emulated on the CPU), ASan+UBSan build + ctest, NEON under qemu, go vet, go test -race,
+#                  the device-free packages without cgo, go test -tags vulkan, go test -tags metal
 #   make build     native release build + go build
 #   make native    native release build + ctest
 #   make vulkan    the Vulkan module: build/out/release/native/vulkan/libgokv_vulkan.a and
 #                  build/out/release/pkgconfig/gokv-vulkan.pc (for go build -tags vulkan)
+#   make metal     the Metal module (macOS: the host on the Metal framework; elsewhere: emulated on the
+#                  CPU): build/out/release/native/metal/libgokv_metal.a and pkgconfig/gokv-metal.pc
 #   make native-arm64   on x86-64: the NEON kernels checked against the scalar ones (check_simd, cross-
 #                  compiled for arm64 and run under qemu); skipped when the cross tools are missing
 #   make go-test   go vet + go test -race
 #   make go-test-nocgo   go vet + go test of the device-free packages with CGO_ENABLED=0
 #   make go-test-vulkan   go test -tags vulkan ./... against the Vulkan module, validation layer on
+#   make go-test-metal    go test -tags metal against the Metal module
 #   make clean     removes build/out
 #
 # Build output goes only under build/out/ (gitignored).
@@ -31,15 +34,17 @@ GENERATOR = $$(command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_ARGS ?=
 # The Vulkan module: ON here (build/deps.sh installs what it needs on Debian); OFF skips it everywhere.
 GOKV_VULKAN ?= ON
+# The Metal module: ON here (on Linux its emulated backend, which needs only g++); OFF skips it everywhere.
+GOKV_METAL ?= ON
 PKG_CONFIG_DIR := $(CURDIR)/$(RELEASE_DIR)/pkgconfig
 GO ?= go
 GO_TEST_FLAGS ?= -race -count=1
 
-.PHONY: all test build native native-asan native-arm64 vulkan go-build go-vet go-test go-test-vulkan deps clean FORCE
+.PHONY: all test build native native-asan native-arm64 vulkan metal go-build go-vet go-test go-test-vulkan go-test-metal deps clean FORCE
 
 all: build
 
-test: deps native native-asan native-arm64 go-test go-test-nocgo go-test-vulkan
+test: deps native native-asan native-arm64 go-test go-test-nocgo go-test-vulkan go-test-metal
 
 deps:
 	build/deps.sh
@@ -47,7 +52,7 @@ deps:
 # The release tree is configured on every run (about a second), so that GOKV_VULKAN and CMAKE_ARGS
 # always apply, even to a tree configured before; cmake re-runs itself when sources change.
 $(RELEASE_DIR)/CMakeCache.txt: FORCE
-	cmake -S . -B $(RELEASE_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DGOKV_VULKAN=$(GOKV_VULKAN) $(CMAKE_ARGS)
+	cmake -S . -B $(RELEASE_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DGOKV_VULKAN=$(GOKV_VULKAN) -DGOKV_METAL=$(GOKV_METAL) $(CMAKE_ARGS)
 
 FORCE:
 
@@ -84,6 +89,10 @@ vulkan: $(RELEASE_DIR)/CMakeCache.txt
 	cmake --build $(RELEASE_DIR) -j$(JOBS) --target gokv_vulkan
 	@echo "Vulkan module built; for go build -tags vulkan: export PKG_CONFIG_PATH=$(PKG_CONFIG_DIR)"
 
+metal: $(RELEASE_DIR)/CMakeCache.txt
+	cmake --build $(RELEASE_DIR) -j$(JOBS) --target gokv_metal
+	@echo "Metal module built ($$([ "$$(uname -s)" = Darwin ] && echo on the Metal framework || echo emulated on the CPU)); for go build -tags metal: export PKG_CONFIG_PATH=$(PKG_CONFIG_DIR)"
+
 go-build:
 	$(GO) build ./...
 
@@ -105,6 +114,14 @@ go-test-vulkan:
 	@if [ "$(GOKV_VULKAN)" = "OFF" ]; then echo "GOKV_VULKAN=OFF: skipping go test -tags vulkan"; else \
 	  $(MAKE) --no-print-directory vulkan && \
 	  PKG_CONFIG_PATH=$(PKG_CONFIG_DIR) GOKV_VULKAN_VALIDATION=1 $(GO) test -tags vulkan -count=1 ./...; fi
+
+# Runs only when the Metal module is on (GOKV_METAL=OFF skips it). Off macOS the backend is the emulator:
+# the cross-backend tests of package bridge run on it; the others use the CPU as without the tag.
+GO_TEST_METAL_PKGS ?= ./...
+go-test-metal:
+	@if [ "$(GOKV_METAL)" = "OFF" ]; then echo "GOKV_METAL=OFF: skipping go test -tags metal"; else \
+	  $(MAKE) --no-print-directory metal && \
+	  PKG_CONFIG_PATH=$(PKG_CONFIG_DIR) $(GO) test -tags metal -count=1 $(GO_TEST_METAL_PKGS); fi
 
 build: $(RELEASE_DIR)/CMakeCache.txt go-build
 	cmake --build $(RELEASE_DIR) -j$(JOBS)
