@@ -123,7 +123,7 @@ static const gokv_backend g_metal_backend = {
     .slot_bytes = slot_bytes,
     .set_page_bytes = set_page_bytes,
     .set_slot_bytes = set_slot_bytes,
-    .measure = NULL, /* an emulator's speed says nothing about a GPU's */
+    .measure = mtl_emu_measure,
     .inject_fault = inject_fault,
 };
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 
+#include "gokv_cpu.h"
 #include "mtl_emu_internal.h"
 #include "simt.h"
 
@@ -170,6 +171,21 @@ gokv_status mtl_emu_device_info(void *dev, gokv_device_info *out) {
     out->caps = GOKV_CAP_DECODE | GOKV_CAP_PREFILL | GOKV_CAP_LEARNED_SINKS | GOKV_CAP_WINDOW | GOKV_CAP_MLA |
                 GOKV_CAP_HOLES | GOKV_CAP_BASELINE | GOKV_CAP_MASS | GOKV_CAP_KV_HEAD_MASKS | GOKV_CAP_QUEST;
     out->formats = (1u << GOKV_FORMAT_COUNT_) - 1u;
+    return GOKV_OK;
+}
+
+// The emulated device's memory is the host's: its streaming read is the CPU module's measurement, with the
+// emulator's OS threads. No FMA peak: the kernels' arithmetic runs through fibers, nowhere near the CPU's.
+gokv_status mtl_emu_measure(void *dev, uint64_t bytes, gokv_device_ceilings *out) {
+    mtl_emu_device *d = static_cast<mtl_emu_device *>(dev);
+    const double gbps = gokv_cpu_measure_read_gbps((int32_t)d->os_threads, bytes ? bytes : (uint64_t)256 << 20);
+    if (gbps <= 0)
+        return gokv_set_error(GOKV_ENOMEM, "gokv_device_measure: metal: cannot allocate the buffer or start %u threads",
+                              d->os_threads);
+    out->read_gbps = gbps;
+    out->peak_gflops = 0;
+    std::snprintf(out->method, sizeof out->method, "host memory (emulated device): streaming read, %u threads",
+                  d->os_threads);
     return GOKV_OK;
 }
 

@@ -1,7 +1,7 @@
 /*
  * mtl_emu_internal.h: what the emulated Metal backend's files share (native/metal/emu/README.md). C and C++:
  * mtl_emu_backend.c (the backend table, pools, fault injection), mtl_emu_device.cc (device open, caps,
- * buffers, the environment), mtl_emu_exec.cc (the plan's gpu_ops: pipelines, recording, running kernels on
+ * buffers, the environment, the measurement), mtl_emu_exec.cc (the plan's gpu_ops: pipelines, recording, running kernels on
  * native/simt).
  */
 #ifndef GOKV_MTL_EMU_INTERNAL_H
@@ -50,6 +50,7 @@ typedef struct mtl_emu_pool {
 gokv_status mtl_emu_device_open(const gokv_device_desc *desc, void **impl);
 void mtl_emu_device_close(void *dev);
 gokv_status mtl_emu_device_info(void *dev, gokv_device_info *out);
+gokv_status mtl_emu_measure(void *dev, uint64_t bytes, gokv_device_ceilings *out);
 /* Makes b hold at least bytes (contents not kept when it grows); op and what name the failure. */
 gokv_status mtl_emu_buffer_reserve(mtl_emu_buffer *b, uint64_t bytes, const char *op, const char *what);
 void mtl_emu_buffer_free(mtl_emu_buffer *b);

@@ -159,6 +159,17 @@ TEST(MetalEmuDevice, CapsAreAnAppleGpus) {
     EXPECT_NE(std::string(info.name).find("emulated"), std::string::npos) << info.name;
 }
 
+TEST(MetalEmuDevice, MeasuresTheHostMemory) {
+    Device dev;
+    ASSERT_NE(dev.d, nullptr);
+    gokv_device_ceilings c;
+    std::memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    ASSERT_EQ(mtl_emu_measure(dev.d, 4u << 20, &c), GOKV_OK) << gokv_last_error();
+    EXPECT_GT(c.read_gbps, 0.0);
+    EXPECT_NE(std::string(c.method).find("host memory"), std::string::npos) << c.method;
+}
+
 TEST(MetalEmuDevice, CallRunsCopiesFillsAndDispatchesInOrder) {
     Device dev;
     ASSERT_NE(dev.d, nullptr);
