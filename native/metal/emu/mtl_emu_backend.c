@@ -5,8 +5,9 @@
  * macOS host runs them; this file holds the slots, the pools' buffers and the test hooks. The device,
  * its caps and its buffers are mtl_emu_device.cc's, the plan's gpu_ops mtl_emu_exec.cc's.
  *
- * It never becomes the "auto" backend's choice on its own merit: an emulator is for checking kernels,
- * not for running models (see gokv_metal.h).
+ * An emulator is for checking kernels, not for running models: open it by name. (The core's "auto" takes
+ * the first vendor backend registered, so a build whose only vendor module is this one opens it for
+ * "auto" too; see gokv_metal.h.)
  */
 #include <stdatomic.h>
 #include <stdlib.h>
