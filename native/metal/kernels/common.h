@@ -34,7 +34,7 @@
 //     FMT_*, KEY_TILE                                         unchanged (constants)
 //     FORMAT, BITS, ..., K_TILED, QUANTIZED, CODE_MASK,       kv.FORMAT, kv.BITS, ... (kv_pool's members)
 //     K_WORD_STEP
-// Specialization ids: GPU_SPEC_* of native/gpu/gpu_plan.h (spec[GPU_SPEC_OP2] for the op's own constants).
+// Specialization ids: GPU_SPEC_* of native/gpu/gpu_spec.h (spec[GPU_SPEC_OP2] for the op's own constants).
 // The store helpers write through device atomics (atomic_fetch_and/or on atomic_uint), so two threads may
 // own the two halves of one word, as in GLSL. kv.pages / kv.rings may be repointed (baseline_attend reads its
 // f32 copy in scratch through the same helpers).
@@ -46,25 +46,7 @@ using namespace metal;
 
 #include "gpu_push.h"
 
-// The specialization ids of native/gpu/gpu_plan.h. That header is C with the backend table (and double), which
-// neither Metal nor the emulator's shim (it poisons double) can read, so the ids are repeated here; where a
-// translation unit included gpu_plan.h before the kernels (the emulator's), they are checked against it.
-#define MTL_SPEC_IDS(X)                                                                                     \
-    X(FORMAT, 0) X(BITS, 1) X(GROUP, 2) X(PAGE_SIZE, 3) X(N_KV_HEADS, 4) X(D_K, 5) X(D_V, 6)                 \
-    X(V_IS_K_PREFIX, 7) X(KIVI, 8) X(RING_ROWS, 9) X(PAGE_WORDS, 10) X(K_CODES_W, 11) X(K_SCALE_H, 12)       \
-    X(K_BIAS_H, 13) X(V_CODES_W, 14) X(V_SCALE_H, 15) X(V_BIAS_H, 16) X(K_CODES_HEAD_W, 17)                  \
-    X(K_SB_HEAD_H, 18) X(V_CODES_HEAD_W, 19) X(V_SB_HEAD_H, 20) X(K_ROW_W, 21) X(V_ROW_W, 22)                \
-    X(K_GROUPS, 23) X(V_GROUPS, 24) X(RING_K_H, 25) X(RING_V_H, 26) X(RING_HALVES, 27) X(WG_SIZE, 28)        \
-    X(SUBGROUP_SIZE, 29) X(OP0, 30) X(OP1, 31) X(OP2, 32) X(OP3, 33) X(K_TILED, 34) X(OP4, 35) X(COUNT, 36)
-#if defined(GOKV_GPU_PLAN_H)
-#define MTL_SPEC_CHECK(name, v) static_assert(GPU_SPEC_##name == v, "GPU_SPEC_" #name " differs from the plan header");
-MTL_SPEC_IDS(MTL_SPEC_CHECK)
-#undef MTL_SPEC_CHECK
-#else
-#define MTL_SPEC_ENUM(name, v) GPU_SPEC_##name = v,
-enum { MTL_SPEC_IDS(MTL_SPEC_ENUM) };
-#undef MTL_SPEC_ENUM
-#endif
+#include "gpu_spec.h" // GPU_SPEC_*: the specialization ids, shared with the plan
 
 constant constexpr uint FMT_F32 = 0u, FMT_F16 = 1u, FMT_Q8 = 2u, FMT_Q4 = 3u, FMT_KIVI2 = 4u, FMT_KIVI4 = 5u;
 constant constexpr uint KEY_TILE = 16u; // GOKV_KEY_TILE
