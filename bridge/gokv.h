@@ -86,7 +86,8 @@ const char *gokv_backend_name(int32_t index);
 
 typedef struct gokv_device_desc {
     uint32_t struct_size;  /* sizeof(gokv_device_desc) */
-    const char *backend;   /* "cpu", "vulkan", "metal", "sycl" or "auto" (a vendor module if any, else cpu) */
+    const char *backend;   /* "cpu", "vulkan", "metal", "sycl" or "auto" (a vendor module if any, not an
+                              emulated one, else cpu) */
     int32_t device_index;  /* -1: the backend's choice (discrete GPU first) */
     const char *device_name; /* optional substring to pick a device by name; NULL to ignore */
     int32_t n_threads;     /* CPU worker threads, 0 = all online CPUs; GPU backends use it for host work */

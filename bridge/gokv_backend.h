@@ -20,6 +20,9 @@ extern "C" {
 typedef struct gokv_backend {
     /* ---- required ---- */
     const char *name;
+    /* 1: the kernels run on an emulator (native/simt), to test them where the hardware is missing: the
+     * backend answers by name but is never "auto"'s choice. */
+    int32_t emulated;
     /* Opens device index (>= 0, or -1 for the backend's choice) or the one whose name contains
      * name_filter. Returns the backend's device object in *impl. */
     gokv_status (*device_open)(const gokv_device_desc *desc, void **impl);

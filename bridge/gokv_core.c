@@ -170,7 +170,13 @@ static const gokv_backend *find_backend(const char *name) {
     const gokv_backend *b = NULL;
     pthread_mutex_lock(&g_reg_mu);
     if (strcmp(name, "auto") == 0) {
-        b = g_n_backends > 1 ? g_backends[1] : g_backends[0];
+        /* The first vendor module registered, unless it only emulates its hardware; else the CPU. */
+        b = g_backends[0];
+        for (int32_t i = 1; i < g_n_backends; i++)
+            if (!g_backends[i]->emulated) {
+                b = g_backends[i];
+                break;
+            }
     } else {
         for (int32_t i = 0; i < g_n_backends; i++)
             if (strcmp(g_backends[i]->name, name) == 0) b = g_backends[i];

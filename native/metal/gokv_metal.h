@@ -3,8 +3,7 @@
  * "metal" to gokv's registry: on macOS the Metal host (native/metal/host), elsewhere the same kernels and
  * dispatch plan run on the CPU by the SIMT emulator (native/metal/emu), for tests; the emulated backend
  * reports itself as such in gokv_device_info (name and features) and is for tests: open it by name
- * ("metal"). The core's "auto" takes the first vendor backend registered, which is the emulator too when it
- * is the only vendor module linked.
+ * ("metal"); it is marked emulated in its backend table, so "auto" never picks it.
  */
 #ifndef GOKV_METAL_H
 #define GOKV_METAL_H

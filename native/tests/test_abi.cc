@@ -199,6 +199,33 @@ TEST_P(Abi, DeviceMeasure) {
                 c.method);
 }
 
+/* "auto" opens a vendor module's device, never one that only emulates its hardware (the Metal module's
+ * emulated backend): an emulator is for checking kernels, and a caller asking for the best device must not
+ * get one that runs them a thousand times slower than the CPU module. */
+TEST_P(Abi, AutoNeverPicksAnEmulator) {
+    gokv_device_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    ASSERT_EQ(gokv_device_info_get(dut(), &info), GOKV_OK) << gokv_last_error();
+    gokv_device_desc desc;
+    std::memset(&desc, 0, sizeof desc);
+    desc.struct_size = sizeof desc;
+    desc.backend = "auto";
+    desc.device_index = -1;
+    gokv_device *autodev = nullptr;
+    ASSERT_EQ(gokv_device_open(&desc, &autodev), GOKV_OK) << gokv_last_error();
+    gokv_device_info ainfo;
+    std::memset(&ainfo, 0, sizeof ainfo);
+    ainfo.struct_size = sizeof ainfo;
+    const gokv_status st = gokv_device_info_get(autodev, &ainfo);
+    gokv_device_close(autodev);
+    ASSERT_EQ(st, GOKV_OK) << gokv_last_error();
+    EXPECT_EQ(std::strstr(ainfo.features, "emulated"), nullptr) << "auto opened " << ainfo.backend << ": " << ainfo.features;
+    if (std::strstr(info.features, "emulated")) {
+        EXPECT_STRNE(ainfo.backend, info.backend);
+    }
+}
+
 /* gokv_inject_fault's own arguments: an unknown backend (or "auto", or NULL) and an unknown site; on the
  * backend under test, disarming is accepted wherever injection is implemented. */
 TEST_P(Abi, InjectFaultArguments) {

@@ -5,9 +5,8 @@
  * macOS host runs them; this file holds the slots, the pools' buffers and the test hooks. The device,
  * its caps and its buffers are mtl_emu_device.cc's, the plan's gpu_ops mtl_emu_exec.cc's.
  *
- * An emulator is for checking kernels, not for running models: open it by name. (The core's "auto" takes
- * the first vendor backend registered, so a build whose only vendor module is this one opens it for
- * "auto" too; see gokv_metal.h.)
+ * An emulator is for checking kernels, not for running models: open it by name. The table is marked
+ * emulated, so "auto" never picks it.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -111,6 +110,7 @@ static gokv_status set_slot_bytes(void *dev, void *pool, const gokv_layout *L, i
 
 static const gokv_backend g_metal_backend = {
     .name = "metal",
+    .emulated = 1,
     .device_open = mtl_emu_device_open,
     .device_close = mtl_emu_device_close,
     .device_info = mtl_emu_device_info,
