@@ -1,6 +1,6 @@
-# Vendor modules (docs/architecture.md §7). Vulkan is built when its SDK is found; Metal and SYCL are not
-# implemented yet: their checks only report what they found, so that turning an option on never pretends
-# to build a module that does not exist.
+# Vendor modules (docs/architecture.md §7). Vulkan is built when its SDK is found, Metal on macOS on the
+# framework and elsewhere as its emulated backend. SYCL is not implemented yet: its check only reports what
+# it found, so that turning the option on never pretends to build a module that does not exist.
 include_guard(GLOBAL)
 
 # The GPU dispatch plan (native/gpu, library gokv_gpu): one copy shared by every GPU module. A GPU module's
