@@ -57,8 +57,9 @@ $(RELEASE_DIR)/CMakeCache.txt: FORCE
 FORCE:
 
 $(ASAN_DIR)/CMakeCache.txt:
-	# No Vulkan here: the sanitizers would instrument lavapipe's LLVM JIT callbacks too, and its leaks.
-	cmake -S . -B $(ASAN_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGOKV_SANITIZE=ON -DGOKV_VULKAN=OFF $(CMAKE_ARGS)
+	# No Vulkan here: the sanitizers would instrument lavapipe's LLVM JIT callbacks too, and its leaks. The
+	# Metal module's emulated backend is in: it runs the GPU plan and the kernels under the sanitizers.
+	cmake -S . -B $(ASAN_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGOKV_SANITIZE=ON -DGOKV_VULKAN=OFF -DGOKV_METAL=$(GOKV_METAL) $(CMAKE_ARGS)
 
 native: $(RELEASE_DIR)/CMakeCache.txt
 	cmake --build $(RELEASE_DIR) -j$(JOBS)

@@ -7,6 +7,17 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define GOKV_SIMT_FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GOKV_SIMT_FIBER_ASAN 1
+#endif
+#endif
+#if defined(GOKV_SIMT_FIBER_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #if !defined(GOKV_SIMT_UCONTEXT)
 
 #if defined(__APPLE__)
@@ -177,15 +188,24 @@ void switch_fiber(FiberContext *from, FiberContext *to) { swapcontext(&from->uc,
 namespace simt {
 namespace detail {
 
+// Unmaps the stacks. Under ASan their frames' redzones are unpoisoned first: the shadow outlives the
+// mapping, and the next mmap at these addresses (a kernel's buffer, say) would read as a stack underflow.
+static void unmap_stacks(char *base, size_t bytes) {
+#if defined(GOKV_SIMT_FIBER_ASAN)
+  __asan_unpoison_memory_region(base, bytes);
+#endif
+  munmap(base, bytes);
+}
+
 StackPool::~StackPool() {
-  if (base_ != nullptr) munmap(base_, mapped_);
+  if (base_ != nullptr) unmap_stacks(base_, mapped_);
 }
 
 bool StackPool::reserve(size_t count, size_t size) {
   size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   size_t stack = (size + page - 1) / page * page;
   if (base_ != nullptr && count <= count_ && stack + guard_ <= stride_) return true;
-  if (base_ != nullptr) munmap(base_, mapped_);
+  if (base_ != nullptr) unmap_stacks(base_, mapped_);
   base_ = nullptr;
   count_ = 0;
   if (stack < stride_ - guard_) stack = stride_ - guard_;  // never shrink: keep the largest size asked for
