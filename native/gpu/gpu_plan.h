@@ -136,6 +136,22 @@ gokv_status gpu_slot_bytes(gpu_device *d, gpu_pool *p, int32_t slot, void *out);
 gokv_status gpu_set_page_bytes(gpu_device *d, gpu_pool *p, int32_t page, const void *bytes, int32_t n_tokens);
 gokv_status gpu_set_slot_bytes(gpu_device *d, gpu_pool *p, int32_t slot, const void *bytes);
 
+/* The same entry points with the backend table's signatures (gpu_slots.c), for a module's gokv_backend
+ * initializer: `.pool_write = ..., GPU_PLAN_SLOTS, .measure = ...`. */
+gokv_status gpu_slot_pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *desc);
+gokv_status gpu_slot_pool_read(void *dev, void *pool, const gokv_layout *L, const gokv_read_desc *desc);
+gokv_status gpu_slot_pool_copy(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *desc);
+gokv_status gpu_slot_attend(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *desc);
+gokv_status gpu_slot_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, void *out);
+gokv_status gpu_slot_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, void *out);
+gokv_status gpu_slot_set_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, const void *bytes,
+                                    int32_t n_tokens);
+gokv_status gpu_slot_set_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, const void *bytes);
+#define GPU_PLAN_SLOTS                                                                                      \
+    .pool_write = gpu_slot_pool_write, .pool_read = gpu_slot_pool_read, .pool_copy = gpu_slot_pool_copy,    \
+    .attend = gpu_slot_attend, .page_bytes = gpu_slot_page_bytes, .slot_bytes = gpu_slot_slot_bytes,        \
+    .set_page_bytes = gpu_slot_set_page_bytes, .set_slot_bytes = gpu_slot_set_slot_bytes
+
 /* The call helpers, through d->ops. */
 gokv_status gpu_call_begin(gpu_device *d, gpu_pool *p, uint64_t up_bytes, uint64_t scratch_bytes, uint64_t down_bytes,
                            gpu_call *c);

@@ -79,49 +79,6 @@ gokv_status vkb_error(vkb_device *d, VkResult r, const char *op, const char *wha
 }
 
 
-/* ---- the backend slots: the plan's entry points (the core validated the arguments) ---- */
-
-static gokv_status pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *desc) {
-    (void)L; /* the pool's own copy */
-    return gpu_pool_write(dev, pool, desc);
-}
-
-static gokv_status pool_read(void *dev, void *pool, const gokv_layout *L, const gokv_read_desc *desc) {
-    (void)L;
-    return gpu_pool_read(dev, pool, desc);
-}
-
-static gokv_status pool_copy(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *desc) {
-    (void)L;
-    return gpu_pool_copy(dev, pool, desc);
-}
-
-static gokv_status attend(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *desc) {
-    (void)L;
-    return gpu_attend(dev, pool, desc);
-}
-
-static gokv_status page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, void *out) {
-    (void)L;
-    return gpu_page_bytes(dev, pool, page, out);
-}
-
-static gokv_status slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, void *out) {
-    (void)L;
-    return gpu_slot_bytes(dev, pool, slot, out);
-}
-
-static gokv_status set_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, const void *bytes,
-                                  int32_t n_tokens) {
-    (void)L;
-    return gpu_set_page_bytes(dev, pool, page, bytes, n_tokens);
-}
-
-static gokv_status set_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, const void *bytes) {
-    (void)L;
-    return gpu_set_slot_bytes(dev, pool, slot, bytes);
-}
-
 /* ---- the backend table ---- */
 
 static const gokv_backend g_vulkan_backend = {
@@ -131,14 +88,7 @@ static const gokv_backend g_vulkan_backend = {
     .device_info = vkb_device_info,
     .pool_create = vkb_pool_create,
     .pool_destroy = vkb_pool_destroy,
-    .pool_write = pool_write,
-    .pool_read = pool_read,
-    .pool_copy = pool_copy,
-    .attend = attend,
-    .page_bytes = page_bytes,
-    .slot_bytes = slot_bytes,
-    .set_page_bytes = set_page_bytes,
-    .set_slot_bytes = set_slot_bytes,
+    GPU_PLAN_SLOTS,
     .measure = vkb_measure,
     .inject_fault = inject_fault,
 };

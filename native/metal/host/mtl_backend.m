@@ -62,49 +62,6 @@ static void pool_destroy(void *dev, void *pool) {
     if (pool) pool_free(dev, pool);
 }
 
-/* ---- the plan's slots ---- */
-
-static gokv_status pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *desc) {
-    (void)L;
-    return gpu_pool_write(dev, pool, desc);
-}
-
-static gokv_status pool_read(void *dev, void *pool, const gokv_layout *L, const gokv_read_desc *desc) {
-    (void)L;
-    return gpu_pool_read(dev, pool, desc);
-}
-
-static gokv_status pool_copy(void *dev, void *pool, const gokv_layout *L, const gokv_copy_desc *desc) {
-    (void)L;
-    return gpu_pool_copy(dev, pool, desc);
-}
-
-static gokv_status attend(void *dev, void *pool, const gokv_layout *L, const gokv_attend_desc *desc) {
-    (void)L;
-    return gpu_attend(dev, pool, desc);
-}
-
-static gokv_status page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, void *out) {
-    (void)L;
-    return gpu_page_bytes(dev, pool, page, out);
-}
-
-static gokv_status slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, void *out) {
-    (void)L;
-    return gpu_slot_bytes(dev, pool, slot, out);
-}
-
-static gokv_status set_page_bytes(void *dev, void *pool, const gokv_layout *L, int32_t page, const void *bytes,
-                                  int32_t n_tokens) {
-    (void)L;
-    return gpu_set_page_bytes(dev, pool, page, bytes, n_tokens);
-}
-
-static gokv_status set_slot_bytes(void *dev, void *pool, const gokv_layout *L, int32_t slot, const void *bytes) {
-    (void)L;
-    return gpu_set_slot_bytes(dev, pool, slot, bytes);
-}
-
 /* ---- measure ---- */
 
 /* One round: `reps` copies of `bytes` alternating between a and b, each in its own blit encoder (so each
@@ -180,14 +137,7 @@ static const gokv_backend g_metal_backend = {
     .device_info = mtl_device_info,
     .pool_create = pool_create,
     .pool_destroy = pool_destroy,
-    .pool_write = pool_write,
-    .pool_read = pool_read,
-    .pool_copy = pool_copy,
-    .attend = attend,
-    .page_bytes = page_bytes,
-    .slot_bytes = slot_bytes,
-    .set_page_bytes = set_page_bytes,
-    .set_slot_bytes = set_slot_bytes,
+    GPU_PLAN_SLOTS,
     .measure = mtl_measure,
     .inject_fault = mtl_inject_fault,
 };
