@@ -136,6 +136,14 @@ gokv_status gpu_slot_bytes(gpu_device *d, gpu_pool *p, int32_t slot, void *out);
 gokv_status gpu_set_page_bytes(gpu_device *d, gpu_pool *p, int32_t page, const void *bytes, int32_t n_tokens);
 gokv_status gpu_set_slot_bytes(gpu_device *d, gpu_pool *p, int32_t slot, const void *bytes);
 
+/* The compiled instance "<name>_<arg>_..." of a kernel that runs pipeline request (name, spec) where a
+ * kernel language has no specialization constants (Metal, SYCL: template parameters), and the local memory
+ * it needs in 32-bit words (gpu_variants.c). GOKV_ENOTSUP names the kernel when none has that name, or the
+ * instance when it needs more local memory than caps.max_shared_bytes. */
+#define GPU_MAX_NAME 64
+gokv_status gpu_kernel_instance(const gpu_device *d, const char *name, const uint32_t spec[GPU_SPEC_COUNT],
+                                char instance[GPU_MAX_NAME], uint32_t *local_words);
+
 /* The same entry points with the backend table's signatures (gpu_slots.c), for a module's gokv_backend
  * initializer: `.pool_write = ..., GPU_PLAN_SLOTS, .measure = ...`. */
 gokv_status gpu_slot_pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *desc);

@@ -17,16 +17,6 @@
 
 #include "mtl_emu_internal.h"
 #include "mtl_emu_kernel.h"
-#include "mtl_variants.h"
-
-#if __has_include("mtl_attend_variants.h")
-#include "mtl_attend_variants.h"
-#define GOKV_MTL_EMU_HAVE_ATTEND 1
-#endif
-#if __has_include("mtl_store_variants.h")
-#include "mtl_store_variants.h"
-#define GOKV_MTL_EMU_HAVE_STORE 1
-#endif
 
 namespace gokv_mtl_emu {
 
@@ -81,37 +71,18 @@ namespace {
 
 mtl_emu_device *device_of(gpu_call *c) { return reinterpret_cast<mtl_emu_device *>(c->d); }
 
-// Which kernel family knows name, and the instance for spec.
-int variant(const char *name, const uint32_t spec[GPU_SPEC_COUNT], uint32_t targs[MTL_MAX_TARGS], uint32_t *tg_words) {
-    int n = -1;
-#ifdef GOKV_MTL_EMU_HAVE_ATTEND
-    n = mtl_variant_attend(name, spec, targs, tg_words);
-#endif
-#ifdef GOKV_MTL_EMU_HAVE_STORE
-    if (n < 0) n = mtl_variant_store(name, spec, targs, tg_words);
-#endif
-    (void)name, (void)spec, (void)targs, (void)tg_words;
-    return n;
-}
-
 gokv_status make_pipeline(mtl_emu_device *d, const char *name, const uint32_t spec[GPU_SPEC_COUNT],
                           std::unique_ptr<Pipeline> &out) {
-    uint32_t targs[MTL_MAX_TARGS] = {};
+    char instance[GPU_MAX_NAME];
     uint32_t tg_words = 0;
-    const int n = variant(name, spec, targs, &tg_words);
-    if (n < 0 || n > MTL_MAX_TARGS)
-        return gokv_set_error(GOKV_ENOTSUP, "metal: no kernel family (mtl_*_variants.h) has a kernel named \"%s\"", name);
-    std::string instance = name;
-    for (int i = 0; i < n; i++) instance += "_" + std::to_string(targs[i]);
-    const Entry *e = gokv_mtl_emu::find_instance(gokv_mtl_emu::kernel_tables, instance.c_str());
+    gokv_status st = gpu_kernel_instance(&d->base, name, spec, instance, &tg_words);
+    if (st != GOKV_OK) return st;
+    const Entry *e = gokv_mtl_emu::find_instance(gokv_mtl_emu::kernel_tables, instance);
     if (!e)
         return gokv_set_error(GOKV_ENOTSUP,
                               "metal: kernel instance %s is not compiled (no entry in the MTL_INSTANCES list of "
                               "native/metal/kernels/%s.metal)",
-                              instance.c_str(), name);
-    if ((uint64_t)tg_words * 4u > d->base.caps.max_shared_bytes)
-        return gokv_set_error(GOKV_ENOTSUP, "metal: kernel instance %s needs %llu bytes of threadgroup memory; the device has %u",
-                              instance.c_str(), (unsigned long long)tg_words * 4u, d->base.caps.max_shared_bytes);
+                              instance, name);
     out.reset(new Pipeline);
     out->instance = instance;
     out->entry = e;

@@ -31,7 +31,6 @@
 
 #include "gokv_backend.h"
 #include "gpu_plan.h"
-#include "mtl_variants.h"
 
 #define MTL_BACKEND "metal"
 #define MTL_PUSH_WORDS (GPU_PUSH_BYTES / 4u)
@@ -39,7 +38,7 @@
 
 /* One compiled kernel instance (host name "<kernel>_<targ>_..."), shared by every spec that maps to it. */
 typedef struct mtl_state {
-    char host[MTL_MAX_NAME];
+    char host[GPU_MAX_NAME];
     id<MTLComputePipelineState> state; /* owned */
 } mtl_state;
 
@@ -47,7 +46,7 @@ typedef struct mtl_state {
  * for one (kernel name, spec). Entries never move (the cache holds pointers), so the handle stays valid
  * until the device closes. */
 typedef struct mtl_pipeline {
-    char name[MTL_MAX_NAME];
+    char name[GPU_MAX_NAME];
     uint32_t spec[GPU_SPEC_COUNT];
     id<MTLComputePipelineState> state; /* not owned: the mtl_state's */
     uint32_t tg_bytes;                 /* threadgroup(0) length, a multiple of 16, at least 16 */

@@ -1,8 +1,8 @@
 /*
  * mtl_pipeline.m: the kernels' library (the metallib CMake built from native/metal/kernels and embedded in
  * this library: nothing is read from disk at run time) and the pipeline cache. A request of the plan, a
- * kernel name and its GPU_SPEC_* words, goes through the kernel families' variant functions
- * (native/metal/mtl_variants.h) to one instance, "<kernel>_<targ>_...": its compute pipeline state is
+ * kernel name and its GPU_SPEC_* words, goes through gpu_kernel_instance (native/gpu/gpu_variants.c) to
+ * one instance, "<kernel>_<targ>_...": its compute pipeline state is
  * built once per device, and each (name, spec) gets an entry with the spec words that dispatch binds at
  * buffer 6 and the instance's threadgroup memory for that spec.
  */
@@ -10,9 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mtl_attend_variants.h"
 #include "mtl_internal.h"
-#include "mtl_store_variants.h"
 
 gokv_status mtl_library_load(mtl_device *d) {
     const char *op = "gokv_device_open";
@@ -82,26 +80,6 @@ static gokv_status get_state(mtl_device *d, const char *host, id<MTLComputePipel
     return GOKV_OK;
 }
 
-/* The instance and threadgroup words the variant functions give (name, spec). */
-static gokv_status variant(mtl_device *d, const char *name, const uint32_t spec[GPU_SPEC_COUNT], char host[MTL_MAX_NAME],
-                           uint32_t *tg_words) {
-    uint32_t targs[MTL_MAX_TARGS] = {0};
-    *tg_words = 0;
-    int n = mtl_variant_attend(name, spec, targs, tg_words);
-    if (n < 0) n = mtl_variant_store(name, spec, targs, tg_words);
-    if (n < 0 || n > MTL_MAX_TARGS)
-        return gokv_set_error(GOKV_ENOTSUP, "metal: no kernel family (mtl_*_variants.h) has a kernel named \"%s\"", name);
-    size_t len = (size_t)snprintf(host, MTL_MAX_NAME, "%s", name);
-    for (int i = 0; i < n && len < MTL_MAX_NAME; i++)
-        len += (size_t)snprintf(host + len, MTL_MAX_NAME - len, "_%u", targs[i]);
-    if (len >= MTL_MAX_NAME) return gokv_set_error(GOKV_EINTERNAL, "metal: the instance name of \"%s\" is too long", name);
-    const uint64_t tg_bytes = (uint64_t)*tg_words * 4u;
-    if (tg_bytes > d->base.caps.max_shared_bytes)
-        return gokv_set_error(GOKV_ENOTSUP, "metal: \"%s\" needs %llu bytes of threadgroup memory; %s has %u", host,
-                              (unsigned long long)tg_bytes, d->name, d->base.caps.max_shared_bytes);
-    return GOKV_OK;
-}
-
 static gokv_status pipeline_locked(mtl_device *d, const char *name, const uint32_t spec[GPU_SPEC_COUNT], gpu_pipeline *out) {
     for (int32_t i = 0; i < d->n_pipelines; i++) {
         mtl_pipeline *e = d->pipelines[i];
@@ -110,10 +88,10 @@ static gokv_status pipeline_locked(mtl_device *d, const char *name, const uint32
             return GOKV_OK;
         }
     }
-    if (strlen(name) >= MTL_MAX_NAME) return gokv_set_error(GOKV_EINTERNAL, "metal: kernel name \"%s\" is too long", name);
-    char host[MTL_MAX_NAME];
+    if (strlen(name) >= GPU_MAX_NAME) return gokv_set_error(GOKV_EINTERNAL, "metal: kernel name \"%s\" is too long", name);
+    char host[GPU_MAX_NAME];
     uint32_t tg_words;
-    gokv_status st = variant(d, name, spec, host, &tg_words);
+    gokv_status st = gpu_kernel_instance(&d->base, name, spec, host, &tg_words);
     id<MTLComputePipelineState> ps = nil;
     if (st == GOKV_OK) st = get_state(d, host, &ps);
     if (st != GOKV_OK) return st;

@@ -31,7 +31,7 @@
 // kv_pool / attend_engine; a branch on it is uniform across the grid. Loops over the register arrays run to the
 // template bound and stop at the runtime one, so a real compiler unrolls them and keeps the arrays in
 // registers, and threadgroup memory is laid out for the spec's NQ_MAX, not the template's (tg_words in
-// mtl_attend_variants.h, which must agree with attend_layout below).
+// native/gpu/gpu_variants.c, which must agree with attend_layout below).
 //
 // q4 keys: the pre-divided query of Open-TQ-Metal. A packed word holds 8 codes, code e at bits 4e; for each
 // 16-bit half h, (h & 0x000F, h & 0x00F0, h & 0x0F00, h & 0xF000) are the codes times 16^e, so a query stored
@@ -85,7 +85,7 @@ struct attend_item {
 };
 
 // Threadgroup memory of attend (words), for the spec's NQ_MAX (not the template's): what
-// mtl_attend_variants.h reserves. Offsets in the order the arrays are carved.
+// native/gpu/gpu_variants.c reserves. Offsets in the order the arrays are carved.
 struct attend_layout {
     uint qo, pw, red_m, red_l, st_m, st_l, st_c, tok_page, tok_slot, live_sg, qsum, words;
 };

@@ -2,7 +2,7 @@
 // (docs/architecture.md §5); the algorithm is attend.h's (a port of native/vulkan/shaders/attend.comp and
 // attend_common.glsl), the work items native/gpu/gpu_attend.c's. One threadgroup per work item (grid x, y).
 //
-// Instances: attend_<NQ>_<CPI>_<UPI> (mtl_attend_variants.h picks one for a spec): NQ and UPI powers of two,
+// Instances: attend_<NQ>_<CPI>_<UPI> (native/gpu/gpu_variants.c picks one for a spec): NQ and UPI powers of two,
 // NQ <= 64, CPI <= 16, UPI <= 8, NQ·CPI <= 64, CPI·UPI <= 16 and NQ·CPI·UPI <= 128 (the accumulators a thread
 // holds); every request of the plan with 128-thread threadgroups falls in that set.
 #include "mtl_kernel.h"

@@ -7,7 +7,7 @@
 //   buffer 5       the push constants (the kernel's block of native/gpu/gpu_push.h), as words
 //   buffer 6       the pipeline's specialization constants, GPU_SPEC_COUNT words (GPU_SPEC_* ids)
 //   threadgroup 0  the kernel's threadgroup memory, as words; its size comes from the kernel family's
-//                  mtl_variant_* function (the host sets it). Threadgroup memory is only ever passed this
+//                  instance (gpu_kernel_instance, native/gpu/gpu_variants.c; the host sets it). Threadgroup memory is only ever passed this
 //                  way, never declared inside a kernel (the emulator cannot give a function-scope
 //                  threadgroup variable one copy per threadgroup).
 //   builtins       the threadgroup's position and the grid, the thread's index, its simdgroup and lane.
@@ -17,7 +17,7 @@
 // instances once, as MTL_INSTANCES_<FILE>(X) with X(host_name, function, template arguments...), and ends
 // with MTL_INSTANCES_<FILE>(MTL_INSTANTIATE): Metal gets one [[host_name]] per instance, the emulator a
 // table of function pointers from the same list. Host names are <kernel>_<arg>_<arg>..., the arguments in
-// the order the family's mtl_variant_* function returns them.
+// the order gpu_kernel_instance (native/gpu/gpu_variants.c) gives them.
 //
 // Rules the emulator enforces or cannot see, so keep them: simdgroup functions (simd_sum, simd_max, ...)
 // and threadgroup_barrier only in control flow that is uniform across the simdgroup / threadgroup; no

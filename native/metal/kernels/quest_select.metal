@@ -20,7 +20,7 @@
 // kv head (0: shared), the word of kv head 0's mask in the inputs (kv head h's at + h ceil(kv_len / 32)).
 //
 // Spec words: NSG_MAX (GPU_SPEC_OP2) simdgroups per threadgroup at most; INPUTS_STAGED (OP3) is 1 on every
-// Quest call. Threadgroup memory (tg, mtl_store_variants.h sizes it): hist[256], sel_state[3] (prefix,
+// Quest call. Threadgroup memory (tg, native/gpu/gpu_variants.c sizes it): hist[256], sel_state[3] (prefix,
 // remaining, cut), sg_sum[NSG_MAX].
 #include "mtl_kernel.h"
 #include "store_common.h"
@@ -85,7 +85,7 @@ static inline uint tg_prefix(uint x, thread uint &total, threadgroup uint *sg_su
     return before + ex;
 }
 
-// One instance: the threadgroup memory is sized at run time (mtl_variant_store), every constant is read
+// One instance: the threadgroup memory is sized at run time (gpu_kernel_instance), every constant is read
 // from the spec words (a template only because the instance list names the kernel as one).
 template <typename = void>
 kernel void quest_select(MTL_KERNEL_PARAMS) {
