@@ -63,6 +63,12 @@ template <class P> inline P push_of(const args &a) {
     return p;
 }
 
+// The plan's workgroup index of the work-group running `it` (gy * groups in x + gx; sycl_kernel.hpp's nd_range
+// layout puts the plan's x in dimension 2): an attention item, a reduce entry, a store page, ...
+inline uint32_t plan_workgroup(const sycl::nd_item<3> &it) {
+    return uint32_t(it.get_group(1) * it.get_group_range(2) + it.get_group(2));
+}
+
 // The pool's buffers and the layout's constants (the GLSL specialization constants, same names).
 struct kv_pool {
     uint32_t *pages;
