@@ -13,11 +13,10 @@
 // words per entry at entry_w: page (NONE: -inf), the word of query head 0 of the sequence's row (queries
 // [rows][group * N_KV_HEADS][D_K]). Out: B as floats [entries][N_KV_HEADS] at scratch word out_w.
 // Each product rounds before it is summed (never an fma), as on the CPU: unlike common.hpp's dequant, q (24
-// significant bits) times an fp16 bound (11) is not exact, so a fused sum would round differently. The
-// product and the sum are separate statements, which no contraction mode short of "fast" joins, and the
-// pragma turns contraction off for them where the compiler's mode is "on" (icpx under the module's precise
-// floating-point model; "fast", which fast math implies, disregards the pragma, one more reason the module
-// builds without it). g++ does not know the pragma and builds the emulated kernels with -ffp-contract=off.
+// significant bits) times an fp16 bound (11) is not exact, so a fused sum would round differently. Product
+// and sum are separate statements, which only "fast" contraction joins, and the module never builds with it
+// (native/sycl/CMakeLists.txt: -ffp-contract=off, and -fp-model=precise for icpx). No pragma: clang
+// disregards `fp contract(off)` under "fast" anyway, and g++ would warn about it.
 #ifndef GOKV_SYCL_QUEST_SCORE_HPP
 #define GOKV_SYCL_QUEST_SCORE_HPP
 
@@ -51,7 +50,6 @@ struct quest_score {
             for (uint32_t g = 0u; g < pc.group; g++) {
                 float acc = 0.0f;
                 for (uint32_t c = 0u; c < D_K; c++) {
-#pragma clang fp contract(off)
                     const float q = in_f(in, qw + g * D_K + c);
                     const float x = q < 0.0f ? q * page_half(kv, lo_h + c) : q * page_half(kv, lo_h + D_K + c);
                     acc += x;

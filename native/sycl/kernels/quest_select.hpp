@@ -120,7 +120,7 @@ struct quest_select {
         // the work-item's place in G.prefix's order, a permutation of [0, WG_SIZE) (only the last sub-group
         // may be short): what the scans index by
         const uint32_t rank = G.sg_id * uint32_t(sg.get_max_local_range()[0]) + G.lane;
-        const uint32_t item = uint32_t(it.get_group(1)) * uint32_t(it.get_group_range(2)) + uint32_t(it.get_group(2));
+        const uint32_t item = plan_workgroup(it);
         if (item >= pc.n_items) return; // the whole work-group
         const uint32_t seq = item / N_KV_HEADS;
         const uint32_t qs = pc.qseq_w + seq * QUEST_QSEQ_WORDS;

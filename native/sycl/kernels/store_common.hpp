@@ -6,10 +6,10 @@
 // stores the same bytes as the CPU.
 //
 // Bit-exactness with the CPU: the kernels are built without fast math, so add, sub and mul round correctly,
-// but a device's float division need not (SYCL leaves its precision to the implementation unless a build
-// flag asks for IEEE division), so divisions go through div_rn, an exact integer long division. The
-// quantization has no product followed by a sum that a compiler could fuse into an fma (quest_score.hpp keeps
-// its own apart, as common.hpp's dequant does).
+// but a device's float division need not (SYCL 2020 allows 2.5 ulp for float division unless a build flag
+// asks for IEEE division), so divisions go through div_rn, an exact integer long division. The quantization
+// has no product followed by a sum that a compiler could fuse into an fma (quest_score.hpp keeps its own in
+// separate statements; common.hpp's dequant is exact either way).
 #ifndef GOKV_SYCL_STORE_COMMON_HPP
 #define GOKV_SYCL_STORE_COMMON_HPP
 
@@ -17,12 +17,11 @@
 
 namespace gokv_sycl {
 
-// The thread's index in a grid of get_group_range(2) * get_group_range(1) work-groups of get_local_range(2)
-// work-items (the plan splits large grids into 2D to keep each count <= 65535: gpu_dispatch_linear).
+// The work-item's index in a grid of work-groups of get_local_range(2) work-items, taken in the plan's
+// workgroup order (common.hpp's plan_workgroup: the plan splits large grids into 2D to keep each count
+// <= 65535, gpu_dispatch_linear).
 inline uint32_t store_item(const sycl::nd_item<3> &it) {
-    return (uint32_t(it.get_group(1)) * uint32_t(it.get_group_range(2)) + uint32_t(it.get_group(2))) *
-               uint32_t(it.get_local_range(2)) +
-           uint32_t(it.get_local_id(2));
+    return plan_workgroup(it) * uint32_t(it.get_local_range(2)) + uint32_t(it.get_local_id(2));
 }
 
 // a / b rounded to nearest even, as IEEE division does on the CPU, for finite a and a normal b > 0.
