@@ -1,6 +1,6 @@
 # Vendor modules (docs/architecture.md §7). Vulkan is built when its SDK is found, Metal on macOS on the
-# framework and elsewhere as its emulated backend. SYCL is not implemented yet: its check only reports what
-# it found, so that turning the option on never pretends to build a module that does not exist.
+# framework and elsewhere as its emulated backend, SYCL with a SYCL compiler and elsewhere as its emulated
+# backend.
 include_guard(GLOBAL)
 
 # The GPU dispatch plan (native/gpu, library gokv_gpu): one copy shared by every GPU module. A GPU module's
@@ -65,14 +65,44 @@ if(GOKV_METAL)
   endif()
 endif()
 
+# SYCL (native/sycl): the real module when the C++ compiler is a SYCL compiler (configure with CXX=icpx after
+# sourcing oneAPI's setvars.sh): every file compiles with -fsycl, and the kernels are embedded in the library
+# (ahead of time for GOKV_SYCL_AOT_DEVICES when ocloc is there, SPIR-V for the driver otherwise). Elsewhere,
+# or with GOKV_SYCL_EMULATE=ON, the emulated backend: the same host code and kernels compiled as C++17
+# against the header-only SYCL shim (native/sycl/emu), the kernels run on the CPU by the SIMT emulator, which
+# needs only C++17 and _Float16. AUTO builds whichever this machine allows; ON insists.
+option(GOKV_SYCL_EMULATE "Build the SYCL module's emulated backend (kernels on the CPU) even with a SYCL compiler" OFF)
+set(GOKV_SYCL_AOT_DEVICES "pvc,dg2" CACHE STRING
+    "Intel GPUs the SYCL kernels are compiled for ahead of time (ocloc -device list); empty: SPIR-V only")
 if(GOKV_SYCL)
   include(CheckCXXSourceCompiles)
-  set(CMAKE_REQUIRED_FLAGS -fsycl)
-  check_cxx_source_compiles("#include <sycl/sycl.hpp>\nint main() { sycl::queue q; return 0; }" GOKV_HAVE_SYCL)
-  unset(CMAKE_REQUIRED_FLAGS)
-  if(GOKV_HAVE_SYCL)
-    message(STATUS "gokv: SYCL compiler found; the SYCL module is not yet implemented")
+  set(GOKV_SYCL_EMULATED_BUILD OFF)
+  if(NOT GOKV_SYCL_EMULATE)
+    set(CMAKE_REQUIRED_FLAGS -fsycl)
+    check_cxx_source_compiles("#include <sycl/sycl.hpp>\nint main() { sycl::queue q; return 0; }" GOKV_HAVE_SYCL)
+    unset(CMAKE_REQUIRED_FLAGS)
+  endif()
+  if(GOKV_HAVE_SYCL AND NOT GOKV_SYCL_EMULATE)
+    message(STATUS "gokv: building the SYCL module (${CMAKE_CXX_COMPILER} -fsycl)")
+    gokv_use_gpu_plan()
+    add_subdirectory(native/sycl)
   else()
-    message(STATUS "gokv: GOKV_SYCL=ON but no SYCL 2020 compiler was found; the SYCL module is not yet implemented")
+    check_cxx_source_compiles([=[
+      #include <type_traits>
+      template <int N> int f() { if constexpr (N == 3) return 1; else return 0; }
+      int main() { _Float16 h = (_Float16)0.5f; return f<3>() + (int)(float)h - 1 + (__builtin_LINE() > 0 ? 0 : 1); }
+    ]=] GOKV_HAVE_SYCL_EMULATOR)
+    if(GOKV_HAVE_SYCL_EMULATOR AND EXISTS "${PROJECT_SOURCE_DIR}/native/sycl/emu/sycl/sycl.hpp")
+      message(STATUS "gokv: building the SYCL module's emulated backend (kernels on the CPU, native/simt)")
+      set(GOKV_SYCL_EMULATED_BUILD ON)
+      gokv_use_gpu_plan()
+      add_subdirectory(native/sycl)
+    elseif(GOKV_SYCL STREQUAL "AUTO")
+      message(STATUS "gokv: no SYCL compiler, and the C++ compiler lacks C++17 or _Float16 (or native/sycl/emu is "
+                     "missing); the SYCL module is not built")
+    else()
+      message(FATAL_ERROR "gokv: GOKV_SYCL=ON needs a SYCL 2020 compiler (oneAPI: source setvars.sh, configure with "
+                          "CXX=icpx) or, for the emulated backend, a C++17 compiler with _Float16 (GCC 12, Clang 15)")
+    endif()
   endif()
 endif()
