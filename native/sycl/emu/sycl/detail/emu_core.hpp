@@ -108,6 +108,7 @@ inline constexpr memory_scope memory_scope_system = memory_scope::system;
 
 // ---- range, id, nd_range ----------------------------------------------------------------------------------
 namespace detail {
+struct no_conversion {};
 // What range and id share: D size_t values, element-wise arithmetic and comparison.
 template <int D, class Self> class index_array {
     static_assert(D >= 1 && D <= 3, "SYCL ranges and ids have 1, 2 or 3 dimensions");
@@ -203,7 +204,11 @@ template <int D = 1> class id : public detail::index_array<D, id<D>> {
     id(const range<D> &r) {
         for (int i = 0; i < D; i++) this->v_[i] = r[i];
     }
-    template <int M = D, std::enable_if_t<M == 1, int> = 0> operator size_t() const { return this->v_[0]; }
+    // id<1> converts to size_t (an index into a pointer); other ids convert to nothing usable.
+    operator std::conditional_t<D == 1, size_t, detail::no_conversion>() const {
+        if constexpr (D == 1) return this->v_[0];
+        else return {};
+    }
 };
 id(size_t)->id<1>;
 id(size_t, size_t)->id<2>;
@@ -353,7 +358,10 @@ template <int D = 1, bool WithOffset = false> class item {
         return detail::linearize<D>(t.thread_position_in_grid, detail::global_extent(t));
     }
     operator id<D>() const { return get_id(); }
-    template <int M = D, std::enable_if_t<M == 1, int> = 0> operator size_t() const { return get_id(0); }
+    operator std::conditional_t<D == 1, size_t, detail::no_conversion>() const {
+        if constexpr (D == 1) return get_id(0);
+        else return {};
+    }
 };
 
 template <class T> struct is_group : std::false_type {};
@@ -405,14 +413,14 @@ namespace detail {
 template <class Op, class T> struct identity_of {
     static constexpr bool known = false;
 };
-template <class T> T infinity_of() {
+template <class T> constexpr T infinity_of() {
     if constexpr (std::is_same<T, half>::value) return T(std::numeric_limits<float>::infinity());
     else return std::numeric_limits<T>::infinity();
 }
 #define GOKV_SYCL_IDENTITY(name, cond, value)                                                                   \
     template <class U, class T> struct identity_of<name<U>, T> {                                                \
         static constexpr bool known = (cond);                                                                   \
-        static T get() { return (value); }                                                                      \
+        static constexpr T get() { return (value); }                                                                      \
     };
 GOKV_SYCL_IDENTITY(plus, is_arith_v<T>, T(0))
 GOKV_SYCL_IDENTITY(multiplies, is_arith_v<T>, T(1))
@@ -436,10 +444,10 @@ template <class BinaryOperation, class AccumulatorT>
 inline constexpr bool has_known_identity_v = has_known_identity<BinaryOperation, AccumulatorT>::value;
 template <class BinaryOperation, class AccumulatorT> struct known_identity {
     static_assert(has_known_identity_v<BinaryOperation, AccumulatorT>, "this operation has no known identity");
-    static inline const AccumulatorT value = detail::identity_of<BinaryOperation, AccumulatorT>::get();
+    static constexpr AccumulatorT value = detail::identity_of<BinaryOperation, AccumulatorT>::get();
 };
 template <class BinaryOperation, class AccumulatorT>
-inline const AccumulatorT known_identity_v = known_identity<BinaryOperation, AccumulatorT>::value;
+inline constexpr AccumulatorT known_identity_v = known_identity<BinaryOperation, AccumulatorT>::value;
 
 // ---- math (no fast math: the C library's functions; half computes in float and rounds once) ----------------
 #define GOKV_SYCL_MATH1(name, expr)                                                                             \

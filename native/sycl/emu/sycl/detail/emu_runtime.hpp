@@ -422,10 +422,14 @@ class handler {
         set_command(d, [kernel] { kernel(); });
     }
     void memcpy(void *dest, const void *src, size_t bytes) {
-        set_copy([=] { std::memmove(dest, src, bytes); });
+        set_copy([=] {
+            if (bytes != 0) std::memmove(dest, src, bytes);
+        });
     }
     void memset(void *ptr, int value, size_t bytes) {
-        set_copy([=] { std::memset(ptr, value, bytes); });
+        set_copy([=] {
+            if (bytes != 0) std::memset(ptr, value, bytes);
+        });
     }
     template <class T> void fill(void *ptr, const T &pattern, size_t count) {
         static_assert(std::is_trivially_copyable<T>::value, "fill takes a trivially copyable pattern");
@@ -651,7 +655,10 @@ class queue {
             simt::Status st = h.command_(settings);
             if (!st.ok) {
                 e->error = std::make_exception_ptr(
-                    exception(make_error_code(errc::runtime), "SYCL kernel failed on the emulator: " + st.message));
+                    exception(make_error_code(errc::runtime),
+                              "SYCL kernel failed on the emulator (in simt's words: a threadgroup (x,y,z) is the "
+                              "work-group of group ids (2,1,0), a thread its local linear id, a simdgroup a "
+                              "sub-group): " + st.message));
                 state_->failed.push_back(e);
             }
         }
