@@ -309,7 +309,8 @@ template <uint32_t NQ, uint32_t CPI, uint32_t UPI> struct attend_engine {
             const uint32_t i = x / D_K, c = x % D_K, v = first + i;
             float q = 0.0f;
             if (v < n_valid)
-                q = sycl::bit_cast<float>(in[pc.q_w + ((row0 + v / nheads) * pc.n_heads_q + head0 + v % nheads) * D_K + c]) *
+                q = sycl::bit_cast<float>(
+                        in[pc.q_w + ((row0 + v / nheads) * pc.n_heads_q + head0 + v % nheads) * D_K + c]) *
                     pc.scale;
             if (q4_groups != 0u) // 1 / 16^(c % 4)
                 q *= (c & 3u) == 0u ? 1.0f : (c & 3u) == 1u ? 0.0625f : (c & 3u) == 2u ? 0.00390625f : 0.000244140625f;
@@ -356,7 +357,8 @@ template <uint32_t NQ, uint32_t CPI, uint32_t UPI> struct attend_engine {
         if (v0 < it.len_a) found = mask_any(it.mask_w, it.a0 + v0, it.a0 + sycl::min(v1, it.len_a), first, step);
         if (v1 > it.len_a)
             found = found ||
-                    mask_any(it.mask_w, it.b0 + (sycl::max(v0, it.len_a) - it.len_a), it.b0 + (v1 - it.len_a), first, step);
+                    mask_any(it.mask_w, it.b0 + (sycl::max(v0, it.len_a) - it.len_a), it.b0 + (v1 - it.len_a), first,
+                             step);
         return found;
     }
 
@@ -472,8 +474,8 @@ template <uint32_t NQ, uint32_t CPI, uint32_t UPI> struct attend_engine {
     }
 
     // ---- the end: the last walked block's sum; the slices summed into qo (now free) as o[i][c] ----
-    void sum_slices(const sycl::group<3> &grp, uint32_t done, uint32_t lid, uint32_t slice, uint32_t unit0, bool c_active,
-                    uint32_t n_sg) {
+    void sum_slices(const sycl::group<3> &grp, uint32_t done, uint32_t lid, uint32_t slice, uint32_t unit0,
+                    bool c_active, uint32_t n_sg) {
         if (done > 0u)
             for (uint32_t i = lid; i < NQ_MAX; i += WG)
                 for (uint32_t g = 0u; g < n_sg; g++) st_l[i] += red_l[i * NSG + g];

@@ -64,7 +64,8 @@ template <uint32_t STATS> struct reduce_kernel {
             for (uint32_t ch = 0u; ch < n_chunks; ch++) {
                 const uint32_t w = part + ch * stride;
                 const float l = sycl::bit_cast<float>(scratch[w + 1u]);
-                if (l > 0.0f) o += sycl::exp(sycl::bit_cast<float>(scratch[w]) - M) * sycl::bit_cast<float>(scratch[w + 2u + c]);
+                if (l > 0.0f)
+                    o += sycl::exp(sycl::bit_cast<float>(scratch[w]) - M) * sycl::bit_cast<float>(scratch[w + 2u + c]);
             }
             down[out_w + c] = sycl::bit_cast<uint32_t>(o / den);
         }
