@@ -1,20 +1,23 @@
 # gokv: one entry point for building and testing everything (CI runs `make test` via .ci/run).
 #
 #   make test      deps, native release build + ctest (CPU, Vulkan on lavapipe with validation on, Metal
-#                  emulated on the CPU), ASan+UBSan build + ctest, NEON under qemu, go vet, go test -race,
-#                  the device-free packages without cgo, go test -tags vulkan, go test -tags metal
+#                  and SYCL emulated on the CPU), ASan+UBSan build + ctest, NEON under qemu, go vet,
+#                  go test -race, the device-free packages without cgo, go test -tags vulkan|metal|sycl
 #   make build     native release build + go build
 #   make native    native release build + ctest
 #   make vulkan    the Vulkan module: build/out/release/native/vulkan/libgokv_vulkan.a and
 #                  build/out/release/pkgconfig/gokv-vulkan.pc (for go build -tags vulkan)
 #   make metal     the Metal module (macOS: the host on the Metal framework; elsewhere: emulated on the
 #                  CPU): build/out/release/native/metal/libgokv_metal.a and pkgconfig/gokv-metal.pc
+#   make sycl      the SYCL module (with a SYCL compiler: the real one; elsewhere: emulated on the CPU):
+#                  build/out/release/native/sycl/libgokv_sycl.a and pkgconfig/gokv-sycl.pc
 #   make native-arm64   on x86-64: the NEON kernels checked against the scalar ones (check_simd, cross-
 #                  compiled for arm64 and run under qemu); skipped when the cross tools are missing
 #   make go-test   go vet + go test -race
 #   make go-test-nocgo   go vet + go test of the device-free packages with CGO_ENABLED=0
 #   make go-test-vulkan   go test -tags vulkan ./... against the Vulkan module, validation layer on
 #   make go-test-metal    go test -tags metal against the Metal module
+#   make go-test-sycl     go test -tags sycl against the SYCL module
 #   make clean     removes build/out
 #
 # Build output goes only under build/out/ (gitignored).
@@ -36,15 +39,17 @@ CMAKE_ARGS ?=
 GOKV_VULKAN ?= ON
 # The Metal module: ON here (on Linux its emulated backend, which needs only g++); OFF skips it everywhere.
 GOKV_METAL ?= ON
+# The SYCL module: ON here (without icpx its emulated backend, which needs only g++); OFF skips it everywhere.
+GOKV_SYCL ?= ON
 PKG_CONFIG_DIR := $(CURDIR)/$(RELEASE_DIR)/pkgconfig
 GO ?= go
 GO_TEST_FLAGS ?= -race -count=1
 
-.PHONY: all test build native native-asan native-arm64 vulkan metal go-build go-vet go-test go-test-vulkan go-test-metal deps clean FORCE
+.PHONY: all test build native native-asan native-arm64 vulkan metal sycl go-build go-vet go-test go-test-vulkan go-test-metal go-test-sycl deps clean FORCE
 
 all: build
 
-test: deps native native-asan native-arm64 go-test go-test-nocgo go-test-vulkan go-test-metal
+test: deps native native-asan native-arm64 go-test go-test-nocgo go-test-vulkan go-test-metal go-test-sycl
 
 deps:
 	build/deps.sh
@@ -52,14 +57,15 @@ deps:
 # The release tree is configured on every run (about a second), so that GOKV_VULKAN and CMAKE_ARGS
 # always apply, even to a tree configured before; cmake re-runs itself when sources change.
 $(RELEASE_DIR)/CMakeCache.txt: FORCE
-	cmake -S . -B $(RELEASE_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DGOKV_VULKAN=$(GOKV_VULKAN) -DGOKV_METAL=$(GOKV_METAL) $(CMAKE_ARGS)
+	cmake -S . -B $(RELEASE_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DGOKV_VULKAN=$(GOKV_VULKAN) -DGOKV_METAL=$(GOKV_METAL) -DGOKV_SYCL=$(GOKV_SYCL) $(CMAKE_ARGS)
 
 FORCE:
 
 $(ASAN_DIR)/CMakeCache.txt:
 	# No Vulkan here: the sanitizers would instrument lavapipe's LLVM JIT callbacks too, and its leaks. The
-	# Metal module's emulated backend is in: it runs the GPU plan and the kernels under the sanitizers.
-	cmake -S . -B $(ASAN_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGOKV_SANITIZE=ON -DGOKV_VULKAN=OFF -DGOKV_METAL=$(GOKV_METAL) $(CMAKE_ARGS)
+	# SYCL module's emulated backend is in: the GPU plan, the SYCL shim and the kernels under the sanitizers
+	# (the Metal module's emulator runs the same plan on the same emulator core: one of them is enough here).
+	cmake -S . -B $(ASAN_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGOKV_SANITIZE=ON -DGOKV_VULKAN=OFF -DGOKV_METAL=OFF -DGOKV_SYCL=$(GOKV_SYCL) $(CMAKE_ARGS)
 
 native: $(RELEASE_DIR)/CMakeCache.txt
 	cmake --build $(RELEASE_DIR) -j$(JOBS)
@@ -84,7 +90,7 @@ native-arm64:
 # Under the sanitizers the emulated GPU backends run their emulator's tests and the conformance cases that
 # cover the plan's every pass (stores, copies, gathers, stored bytes, KIVI rings, validation, faults); the
 # release tree runs every case, and the kernels' arithmetic is not what the sanitizers add to.
-ASAN_CTEST_EXCLUDE ?= ^(metal|sycl)(\.[a-z0-9]+)?\.(Table|Formats)/
+ASAN_CTEST_EXCLUDE ?= ^(metal|sycl)(\.[a-z0-9]+)?\.(Table|Formats)/|^sycl\.sg[0-9]+\.
 native-asan: $(ASAN_DIR)/CMakeCache.txt
 	cmake --build $(ASAN_DIR) -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -97,6 +103,10 @@ vulkan: $(RELEASE_DIR)/CMakeCache.txt
 metal: $(RELEASE_DIR)/CMakeCache.txt
 	cmake --build $(RELEASE_DIR) -j$(JOBS) --target gokv_metal
 	@echo "Metal module built ($$([ "$$(uname -s)" = Darwin ] && echo on the Metal framework || echo emulated on the CPU)); for go build -tags metal: export PKG_CONFIG_PATH=$(PKG_CONFIG_DIR)"
+
+sycl: $(RELEASE_DIR)/CMakeCache.txt
+	cmake --build $(RELEASE_DIR) -j$(JOBS) --target gokv_sycl
+	@echo "SYCL module built; for go build -tags sycl: export PKG_CONFIG_PATH=$(PKG_CONFIG_DIR)"
 
 go-build:
 	$(GO) build ./...
@@ -128,6 +138,14 @@ go-test-metal:
 	@if [ "$(GOKV_METAL)" = "OFF" ]; then echo "GOKV_METAL=OFF: skipping go test -tags metal"; else \
 	  $(MAKE) --no-print-directory metal && \
 	  PKG_CONFIG_PATH=$(PKG_CONFIG_DIR) $(GO) test -tags metal -count=1 $(GO_TEST_METAL_PKGS); fi
+
+# Runs only when the SYCL module is on (GOKV_SYCL=OFF skips it); without icpx on the emulated backend, as
+# go-test-metal does.
+GO_TEST_SYCL_PKGS ?= ./bridge/
+go-test-sycl:
+	@if [ "$(GOKV_SYCL)" = "OFF" ]; then echo "GOKV_SYCL=OFF: skipping go test -tags sycl"; else \
+	  $(MAKE) --no-print-directory sycl && \
+	  PKG_CONFIG_PATH=$(PKG_CONFIG_DIR) $(GO) test -tags sycl -count=1 $(GO_TEST_SYCL_PKGS); fi
 
 build: $(RELEASE_DIR)/CMakeCache.txt go-build
 	cmake --build $(RELEASE_DIR) -j$(JOBS)

@@ -10,4 +10,5 @@ import "embed"
 
 //go:embed cpu/*.c cpu/*.h cpu/kernels/*.c cpu/kernels/*.h vulkan/*.c vulkan/*.h vulkan/shaders gpu/*.c gpu/*.h
 //go:embed metal/*.h metal/kernels metal/emu/*.c metal/emu/*.cc metal/emu/*.h metal/emu/msl metal/host/*.m metal/host/*.h simt/*.cc simt/*.h
+//go:embed sycl/*.h sycl/*.hpp sycl/*.cpp sycl/*.in sycl/kernels sycl/emu/sycl
 var sources embed.FS
