@@ -3,10 +3,10 @@
  * (cpu_backend.c); no file is compiled with -march, each function carries its target attribute.
  *
  * Rows are consumed in slabs of 32 elements (two zmm). A slab's codes are decoded to floats in whatever
- * lane order is cheapest for the encoding (4-bit: even elements, then odd ones; 2-bit: elements 4j, then
- * 4j+1, 4j+2, 4j+3) and the query is permuted the same way once per call, so codes are never shuffled per
- * token; accumulators of values are permuted back once per block. For scores, quantized slabs are
- * dequantized in registers as x̂ = code·s + b, the value scalar.c's dequant_row gives bit for bit (code·s
+ * lane order is cheapest for the encoding (4-bit: even elements, then odd ones; 2-bit: avx512_perm_q2)
+ * and the query is permuted the same way once per call, so codes are never shuffled per token;
+ * accumulators of values are permuted back once per block. For scores, quantized slabs are dequantized
+ * in registers as x̂ = code·s + b, the value scalar.c's dequant_row gives bit for bit (code·s
  * is exact in float), so q·k̂ = Σ q_c x̂_c needs no Σq bias term: one FMA per element per query, the
  * floor of docs/architecture.md §9.
  * 4- and 2-bit codes are dequantized through a 16-entry table per group (vpermps looks at the low 4 index

@@ -8,18 +8,10 @@
 
 /* ---- KIVI keys (per channel): tokens in lanes, 32 tokens per piece ---- */
 
-/* Raw codes (no scale) of 32 tokens of one channel, in the 2-/4-bit slab lane order. */
+/* Raw codes (no scale) of 32 tokens of one channel, in the 4- or 2-bit slab lane order (avx512_perm_q4/q2). */
 AVX512_INLINE void avx512_chan_codes(const uint8_t *c, const int bits, __m512 *a, __m512 *b) {
-    if (bits == 4) {
-        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
-        *a = _mm512_cvtepi32_ps(_mm512_and_si512(x, _mm512_set1_epi32(15)));
-        *b = _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4));
-    } else {
-        const __m256i y = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
-        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), y, 1), m3 = _mm512_set1_epi32(3);
-        *a = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_a)), m3));
-        *b = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(z, _mm512_loadu_si512(avx512_q2_shift_b)), m3));
-    }
+    if (bits == 4) avx512_slab_table(c, 0, CPU_ENC_Q4, _mm512_loadu_ps(avx512_lut4_codes), a, b);
+    else avx512_slab_table(c, 0, CPU_ENC_Q2, _mm512_loadu_ps(avx512_lut2_codes), a, b);
 }
 
 AVX512_INLINE void avx512_score_chan_core(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, const int NQ,
