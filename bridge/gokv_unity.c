@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "../native/cpu/threadpool.c"
 #include "../native/cpu/cpu_backend.c"
+#include "../native/cpu/dispatch.c"
 #include "../native/cpu/store.c"
 #include "../native/cpu/attend.c"
 #include "../native/cpu/quest.c"

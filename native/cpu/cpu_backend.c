@@ -104,7 +104,9 @@ const cpu_kernels *cpu_kernels_get(int32_t level) {
 }
 
 const cpu_kernels *cpu_kernels_for_call(uint32_t flags) {
-    return cpu_kernels_get(flags & GOKV_ATTEND_FORCE_SCALAR ? GOKV_CPU_SCALAR : level_in_force());
+    const int32_t level = flags & GOKV_ATTEND_FORCE_SCALAR ? GOKV_CPU_SCALAR : level_in_force();
+    const cpu_kernels *k = cpu_kernels_get(level);
+    return level == GOKV_CPU_AVX512 ? cpu_kernels_dispatch(k) : k; /* dispatch.c */
 }
 
 /* ---- devices ---- */
@@ -128,6 +130,7 @@ static gokv_status cpu_device_open(const gokv_device_desc *desc, void **impl) {
     }
     cpu_device *dev = calloc(1, sizeof *dev);
     if (!dev) return gokv_set_error(GOKV_ENOMEM, "gokv_device_open: cannot allocate the cpu device");
+    (void)cpu_kernels_for_call(0); /* the kernels measured now (dispatch.c), not during the first call */
     dev->n_threads = desc->n_threads > 0 ? desc->n_threads : online_cpus();
     dev->tp = cpu_threadpool_create(dev->n_threads);
     if (!dev->tp) {
@@ -188,8 +191,9 @@ static gokv_status cpu_device_info(void *impl, gokv_device_info *out) {
     if (level == GOKV_CPU_AVX512) extra = vnni ? " vnni fma f16c avx2" : " fma f16c avx2";
     if (level == GOKV_CPU_AVX2) extra = vnni ? " avx-vnni fma f16c" : " fma f16c";
 #endif
-    snprintf(out->features, sizeof out->features, "%s%s (detected %s)", gokv_cpu_simd_name(level), extra,
-             gokv_cpu_simd_name(gokv_cpu_simd_level()));
+    snprintf(out->features, sizeof out->features, "%s%s (detected %s%s%s)", gokv_cpu_simd_name(level), extra,
+             gokv_cpu_simd_name(gokv_cpu_simd_level()), level == GOKV_CPU_AVX512 ? "; measured: " : "",
+             level == GOKV_CPU_AVX512 ? gokv_cpu_dispatch_note() : "");
     return GOKV_OK;
 }
 

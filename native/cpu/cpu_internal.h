@@ -172,8 +172,12 @@ static inline cpu_rows cpu_ring_rows(const gokv_layout *L, const uint8_t *ring, 
     return r;
 }
 
-/* The kernel table in force for a call (FORCE_SCALAR, else the process-wide SIMD level). */
+/* The kernel table in force for a call (FORCE_SCALAR, else the process-wide SIMD level; at AVX-512, the table
+ * chosen by measurement: cpu_kernels_dispatch). */
 const cpu_kernels *cpu_kernels_for_call(uint32_t flags);
+/* dispatch.c: the table to use in place of the AVX-512 table wide (gokv_cpu_set_dispatch's mode; the first
+ * call under the measured mode times the kernels, a few milliseconds once per process). */
+const cpu_kernels *cpu_kernels_dispatch(const cpu_kernels *wide);
 
 /* Ops of the CPU backend table. */
 gokv_status cpu_pool_write(void *dev, void *pool, const gokv_layout *L, const gokv_write_desc *d);

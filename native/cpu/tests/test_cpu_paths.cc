@@ -16,11 +16,16 @@ using namespace gokvtest;
 
 namespace {
 
-/* Restores the process-wide SIMD limit when it goes out of scope. */
+/* Restores the process-wide SIMD limit and kernel dispatch when it goes out of scope. */
 struct SimdLimitGuard {
-    int32_t saved;
-    SimdLimitGuard() : saved(gokv_cpu_simd_level()) {}
-    ~SimdLimitGuard() { gokv_cpu_set_simd_limit(saved); }
+    int32_t saved, dispatch;
+    SimdLimitGuard() : saved(gokv_cpu_simd_level()), dispatch(gokv_cpu_set_dispatch(GOKV_CPU_DISPATCH_MEASURED)) {
+        gokv_cpu_set_dispatch(dispatch);
+    }
+    ~SimdLimitGuard() {
+        gokv_cpu_set_simd_limit(saved);
+        gokv_cpu_set_dispatch(dispatch);
+    }
 };
 
 struct F {
@@ -90,18 +95,22 @@ TEST_P(CpuPaths, ThreadCount) {
 }
 
 /* SIMD paths: every level the CPU has (capped with gokv_cpu_set_simd_limit) against the reference and
- * the scalar path; writes produce the same bytes on every path (fp16 conversion bit for bit). */
+ * the scalar path; writes produce the same bytes on every path (fp16 conversion bit for bit). AVX-512 runs
+ * under each kernel dispatch: the measured table, the AVX-512 kernels whole, and every AVX2 kernel swapped in
+ * (which the measured table may or may not do on this machine). */
 TEST_P(CpuPaths, SimdLevels) {
     SimdLimitGuard guard;
     const int32_t best = gokv_cpu_simd_level();
-    std::vector<int32_t> levels = {GOKV_CPU_SCALAR};
+    std::vector<std::pair<int32_t, int32_t>> levels = {{GOKV_CPU_SCALAR, GOKV_CPU_DISPATCH_MEASURED}};
     for (int32_t l : {GOKV_CPU_AVX2, GOKV_CPU_AVX512, GOKV_CPU_NEON})
         if (l <= best && (l != GOKV_CPU_NEON || best == GOKV_CPU_NEON) && (best != GOKV_CPU_NEON || l == GOKV_CPU_NEON))
-            levels.push_back(l);
+            for (int32_t dispatch : {GOKV_CPU_DISPATCH_MEASURED, GOKV_CPU_DISPATCH_WIDEST, GOKV_CPU_DISPATCH_NARROW})
+                if (l == GOKV_CPU_AVX512 || dispatch == GOKV_CPU_DISPATCH_MEASURED) levels.push_back({l, dispatch});
     std::vector<float> scalar_out;
     std::vector<std::vector<uint8_t>> scalar_pages;
-    for (int32_t level : levels) {
+    for (auto [level, dispatch] : levels) {
         const int32_t in_force = gokv_cpu_set_simd_limit(level);
+        gokv_cpu_set_dispatch(dispatch);
         EXPECT_EQ(in_force, level) << gokv_cpu_simd_name(level);
         EXPECT_NE(gokv_cpu_simd_name(level), nullptr);
         Cache cache;
@@ -118,7 +127,7 @@ TEST_P(CpuPaths, SimdLevels) {
         std::mt19937 rng(17);
         std::vector<float> q = gen_normal(rng, (size_t)total_rows(s) * 8 * (size_t)cache.cfg.d_k);
         std::vector<float> out;
-        const std::string what = std::string("simd ") + gokv_cpu_simd_name(level);
+        const std::string what = std::string("simd ") + gokv_cpu_simd_name(level) + " dispatch " + std::to_string(dispatch);
         check_attend(shared_device(), cache, s, q, opts(true), tol_of(cache.cfg), what, &out);
         if (level == GOKV_CPU_SCALAR) {
             scalar_out = out;
@@ -140,6 +149,30 @@ TEST(Simd, LimitIsCapped) {
     EXPECT_EQ(gokv_cpu_set_simd_limit(best), best);
     EXPECT_NE(gokv_cpu_simd_name(best), nullptr);
     std::printf("[ INFO     ] CPU SIMD level %d (%s)\n", best, gokv_cpu_simd_name(best));
+}
+
+/* The dispatch modes round-trip, say what they chose, and the device's features carry it at AVX-512. */
+TEST(Simd, DispatchModes) {
+    SimdLimitGuard guard;
+    EXPECT_EQ(gokv_cpu_set_dispatch(GOKV_CPU_DISPATCH_WIDEST), guard.dispatch);
+    EXPECT_NE(std::strstr(gokv_cpu_dispatch_note(), "avx512"), nullptr) << gokv_cpu_dispatch_note();
+    EXPECT_EQ(gokv_cpu_set_dispatch(GOKV_CPU_DISPATCH_NARROW), GOKV_CPU_DISPATCH_WIDEST);
+    EXPECT_NE(std::strstr(gokv_cpu_dispatch_note(), "avx2"), nullptr) << gokv_cpu_dispatch_note();
+    EXPECT_EQ(gokv_cpu_set_dispatch(42), GOKV_CPU_DISPATCH_NARROW); /* unknown: measured */
+    EXPECT_EQ(gokv_cpu_set_dispatch(GOKV_CPU_DISPATCH_MEASURED), GOKV_CPU_DISPATCH_MEASURED);
+    const char *note = gokv_cpu_dispatch_note();
+    EXPECT_TRUE(std::strstr(note, "every kernel avx512") || std::strstr(note, "avx2 for ")) << note;
+    std::printf("[ INFO     ] kernel dispatch: %s\n", note);
+    if (gokv_cpu_simd_level() == GOKV_CPU_AVX512) {
+        gokv_cpu_set_simd_limit(GOKV_CPU_AVX512);
+        DevicePtr dev = open_cpu(1);
+        ASSERT_TRUE(dev);
+        gokv_device_info info;
+        std::memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        ASSERT_EQ(gokv_device_info_get(dev.get(), &info), GOKV_OK) << gokv_last_error();
+        EXPECT_NE(std::strstr(info.features, "measured: "), nullptr) << info.features;
+    }
 }
 
 } // namespace
