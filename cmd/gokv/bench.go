@@ -6,7 +6,10 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,12 +27,14 @@ type benchOpts struct {
 	readBytes                           int64         // buffer of the bandwidth measurement
 	json, quiet                         bool
 	seed                                uint64
+	memBudget                           int64 // bytes the pools, the f32 reference and the baseline's copy may hold
 	parsedEvictions                     []evalEviction
 }
 
 func newBenchCmd(g *globalOpts) *cobra.Command {
 	o := &benchOpts{}
 	var readMiB int
+	var memBudget string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Decode (and prefill) attention speed per format and context, against the machine's floor",
@@ -43,7 +48,8 @@ func newBenchCmd(g *globalOpts) *cobra.Command {
   gflops               2*Hq*S*(dk+dv)*batch / time (prefill: summed over the causal rows)
   floor_ms, floor_frac the machine's floor max(bytes / read bandwidth, flops / peak), both measured by
                        bench itself at start, and floor_ms / ms (1 = at the roofline)
-  baseline_ms          the dequantize-then-attend baseline (materializes f32 K/V first), fewer runs
+  baseline_ms          the dequantize-then-attend baseline (materializes f32 K/V first), fewer runs; null
+                       ("-") where that f32 copy would not fit --mem-budget beside the pools (a warning says so)
   speedup_vs_baseline  baseline_ms / ms
   cos_vs_f32           cosine of the output vs the same attention with f32 storage (full attention)
   bytes_read           the K/V bytes one call reads (all sequences), what gbps and the floor count
@@ -65,6 +71,12 @@ func newBenchCmd(g *globalOpts) *cobra.Command {
   sinkwindow:S:W       the attention window: the S first and W last tokens
 Only full rows get the dequantize baseline and prefill rows.
 
+--mem-budget bounds the memory bench holds at once (default auto: 60% of MemAvailable in /proc/meminfo,
+8 GiB where there is none; or a byte count such as 12G, 12GB, 512MiB): the pools of a context x batch, the
+one-sequence f32 pool of the reference, and the baseline's f32 copy (kept by the device at its largest until
+bench reopens it). Formats whose pools do not fit together run in passes, each regenerating the same data;
+a format whose pool alone does not fit is an error.
+
 --json prints one JSON object per row and line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -73,6 +85,10 @@ Only full rows get the dequantize baseline and prefill rows.
 				return fmt.Errorf("--read-mib %d must be in [1, 65536] (MiB of the read-bandwidth buffer)", readMiB)
 			}
 			o.readBytes = int64(readMiB) << 20
+			var err error
+			if o.memBudget, err = parseMemBudget(memBudget); err != nil {
+				return err
+			}
 			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
 	}
@@ -90,6 +106,7 @@ Only full rows get the dequantize baseline and prefill rows.
 	f.IntVar(&o.prefillTokens, "prefill-tokens", 512, "query rows of a prefill row")
 	f.DurationVar(&o.minTime, "min-time", 400*time.Millisecond, "time budget of each measurement after its warm-up")
 	f.IntVar(&readMiB, "read-mib", 512, "buffer of the read-bandwidth measurement in MiB (many times the last-level cache)")
+	f.StringVar(&memBudget, "mem-budget", "auto", "bytes the pools may hold at once (K/M/G suffix = KiB/MiB/GiB, or 12GB, 8GiB); auto: 60% of MemAvailable")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic data")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per row")
 	return cmd
@@ -158,7 +175,8 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 	if err != nil {
 		return err
 	}
-	defer eng.Close()
+	engs := &benchEngines{eng: eng, refEng: eng, backend: o.backend, threads: o.threads}
+	defer engs.Close()
 	for _, ev := range evs {
 		switch {
 		case ev.kind == "quest" && !info.Caps.Quest:
@@ -173,12 +191,11 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 	logger.Info().Str("device", info.Name).Str("features", info.Features).Int("threads", info.Threads).Msg("bench device")
 	// The f32 reference of cos_vs_f32 runs on the CPU backend: the numerical reference, and a GPU's
 	// storage-buffer limit then bounds only the formats under test.
-	refEng := eng
 	if info.Backend != "cpu" {
-		if refEng, _, err = openEngine("cpu", o.threads); err != nil {
+		if engs.refEng, _, err = openEngine("cpu", o.threads); err != nil {
+			engs.refEng = eng
 			return fmt.Errorf("opening the cpu device for the f32 reference: %w", err)
 		}
-		defer refEng.Close()
 	}
 
 	readBytes := o.readBytes
@@ -198,6 +215,8 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 		}
 		fmt.Fprintf(stdout, "measured ceilings: read %.1f GB/s, peak %s (%s)\n", ceil.ReadGBps, peak, ceil.Source)
 		fmt.Fprintf(stdout, "shape: %d query heads, %d kv heads, head dim %d\n", o.headsQ, o.headsKV, o.headDim)
+		fmt.Fprintf(stdout, "memory budget: %s (--mem-budget): formats whose pools do not fit together run in passes; "+
+			"baseline \"-\" where its f32 copy of K/V would not fit beside the pools\n", formatSize(o.memBudget))
 		for _, line := range benchEvictionNotes(evs) {
 			fmt.Fprintf(stdout, "%s\n", line)
 		}
@@ -213,7 +232,7 @@ func runBench(stdout, stderr io.Writer, o *benchOpts) error {
 	defer bar.Finish()
 	for _, S := range contexts {
 		for _, B := range batches {
-			rows, err := benchCase(eng, refEng, info, ceil, formats, S, B, modes, o, func() { bar.Add(1) })
+			rows, err := benchCase(engs, info, ceil, formats, S, B, modes, o, func() { bar.Add(1) })
 			if err != nil {
 				return err
 			}
@@ -250,32 +269,208 @@ func printBenchRow(w io.Writer, asJSON bool, r any) error {
 	return err
 }
 
-// benchCase builds one pool per format (plus an f32 reference on refDev) holding B sequences of S synthetic
-// tokens, generated once and written to every pool chunk by chunk, then times each format.
-func benchCase(eng, refEng *gokv.Engine, info gokv.DeviceInfo, ceil ceilings, formats []gokv.Format, S, B int,
+// benchEngines are the engines a bench run times and references on, and what the timed one holds.
+type benchEngines struct {
+	eng, refEng *gokv.Engine // refEng is eng on the CPU backend
+	backend     string
+	threads     int
+	// held is the bytes of the dequantize baseline's f32 copy of K/V that eng keeps between calls: the largest
+	// copy so far, since the device only ever grows it and nothing in the API frees it short of closing
+	// the engine (dropBaselineCopy).
+	held int64
+}
+
+func (e *benchEngines) Close() {
+	if e.refEng != e.eng {
+		e.refEng.Close()
+	}
+	e.eng.Close()
+}
+
+// dropBaselineCopy frees the baseline's copy the only way there is: a fresh engine (no pools are open then).
+func (e *benchEngines) dropBaselineCopy() error {
+	same := e.refEng == e.eng
+	e.eng.Close()
+	eng, _, err := openEngine(e.backend, e.threads)
+	if err != nil {
+		return fmt.Errorf("reopening the %s device to free the baseline's f32 copy: %w", e.backend, err)
+	}
+	e.eng, e.held = eng, 0
+	if same {
+		e.refEng = eng
+	}
+	return nil
+}
+
+// benchQuery is one mode's query rows (T per sequence) and their f32 reference output.
+type benchQuery struct {
+	prefill              bool
+	T                    int
+	q, ref               []float32
+	qIndptr, kvLen, qPos []int32
+}
+
+// benchCase times every format on B sequences of S synthetic tokens. The format pools whose bytes fit
+// --mem-budget together form one pass (formats in order, so rows keep their order); each pass
+// regenerates the same data (the RNG is seeded per sequence and context) into its pools. The f32
+// reference of cos_vs_f32 is computed in the first pass, one sequence at a time in a one-sequence pool
+// on refEng, so that it never holds B sequences of f32.
+func benchCase(engs *benchEngines, info gokv.DeviceInfo, ceil ceilings, formats []gokv.Format, S, B int,
 	modes []bool, o *benchOpts, tick func()) ([]any, error) {
 	H, Hq, d := o.headsKV, o.headsQ, o.headDim
-	all := append([]gokv.Format{{Kind: gokv.F32}}, formats...)
-	keyBounds := false // Quest's pools keep key bounds (the f32 reference's does not)
-	for _, ev := range o.parsedEvictions {
-		keyBounds = keyBounds || ev.kind == "quest"
+	keyBounds := benchKeyBounds(o)
+	f32 := gokv.Format{Kind: gokv.F32}
+	refLay := newSeqLayout(f32, 1, S)
+	refBytes, err := benchPoolBytes(f32, refLay, H, d, false)
+	if err != nil {
+		return nil, fmt.Errorf("f32 reference at context %d: %w", S, err)
 	}
-	pools := make([]*gokv.PagedPool, len(all))
-	lays := make([]seqLayout, len(all))
+	lays := make([]seqLayout, len(formats))
+	need := make([]int64, len(formats))
+	var total int64
+	for i, f := range formats {
+		lays[i] = newSeqLayout(f, B, S)
+		if need[i], err = benchPoolBytes(f, lays[i], H, d, keyBounds); err != nil {
+			return nil, fmt.Errorf("format %s at context %d, batch %d: %w", f, S, B, err)
+		}
+		total += need[i]
+	}
+	if engs.held > 0 && engs.held+refBytes+total > o.memBudget {
+		if err := engs.dropBaselineCopy(); err != nil {
+			return nil, err
+		}
+	}
+	for i, f := range formats {
+		if need[i]+refBytes+engs.held > o.memBudget {
+			return nil, fmt.Errorf("format %s at context %d, batch %d needs %s for its pool (plus %s for the one-sequence "+
+				"f32 reference), more than the memory budget of %s: raise --mem-budget or lower --contexts / --batch",
+				f, S, B, formatSize(need[i]), formatSize(refBytes), formatSize(o.memBudget))
+		}
+	}
+	passes := benchPasses(need, o.memBudget-engs.held-refBytes)
+	if len(passes) > 1 {
+		logger.Info().Int("context", S).Int("batch", B).Int("passes", len(passes)).Str("budget", formatSize(o.memBudget)).
+			Msg("the format pools do not fit the memory budget together: one pass of generated data per group")
+	}
+
+	queries := make([]*benchQuery, len(modes))
+	for m, prefill := range modes {
+		T := 1
+		if prefill {
+			T = min(o.prefillTokens, S)
+		}
+		rng := rand.New(rand.NewPCG(o.seed^0x9e3779b9, uint64(S)))
+		bq := &benchQuery{prefill: prefill, T: T, q: make([]float32, B*T*Hq*d), ref: make([]float32, B*T*Hq*d),
+			qIndptr: make([]int32, B+1), kvLen: make([]int32, B), qPos: make([]int32, B)}
+		fillNormal(rng, bq.q)
+		for s := 0; s < B; s++ {
+			bq.qIndptr[s+1] = int32((s + 1) * T)
+			bq.kvLen[s], bq.qPos[s] = int32(S), int32(S-T)
+		}
+		queries[m] = bq
+	}
+	// rows[m][i]: mode m's rows of format i, gathered over the passes and printed in the order of one pass.
+	rows := make([][][]any, len(modes))
+	for m := range rows {
+		rows[m] = make([][]any, len(formats))
+	}
+	for p, pass := range passes {
+		if err := benchPass(engs, info, ceil, formats, lays, pass, need, p == 0, refLay, queries, S, B, o, rows, tick); err != nil {
+			return nil, err
+		}
+	}
+	var out []any
+	for m := range rows {
+		for i := range rows[m] {
+			out = append(out, rows[m][i]...)
+		}
+	}
+	return out, nil
+}
+
+// benchKeyBounds says whether the format pools keep Quest's key bounds (the f32 reference's never does).
+func benchKeyBounds(o *benchOpts) bool {
+	for _, ev := range o.parsedEvictions {
+		if ev.kind == "quest" {
+			return true
+		}
+	}
+	return false
+}
+
+// benchPasses groups consecutive formats whose pools (need bytes each, each at most avail) fit avail
+// together. Consecutive keeps each pass's rows in --formats order at the price of a pass more than a
+// best packing might need.
+func benchPasses(need []int64, avail int64) [][]int {
+	var passes [][]int
+	var used int64
+	for i, n := range need {
+		if len(passes) == 0 || used+n > avail {
+			passes, used = append(passes, nil), 0
+		}
+		passes[len(passes)-1] = append(passes[len(passes)-1], i)
+		used += n
+	}
+	return passes
+}
+
+// benchPoolBytes is what newBenchPool allocates for layout l, from the C core's layout sizes: its pages
+// (with Quest's key bounds when keyBounds) and, for KIVI, one fp16 residual ring per sequence.
+func benchPoolBytes(f gokv.Format, l seqLayout, hkv, d int, keyBounds bool) (int64, error) {
+	L, err := f.Layout(hkv, d, d, l.pageSize, false)
+	if err != nil {
+		return 0, err
+	}
+	page := L.PageBytes
+	if keyBounds {
+		page += L.PageBoundsBytes
+	}
+	bytes := int64(len(l.pageIDs)) * page
+	if f.Kind.IsKIVI() {
+		bytes += int64(l.seqs) * L.ResidualSlotBytes
+	}
+	return bytes, nil
+}
+
+// benchPass writes the case's synthetic data to the pools of the formats in pass (and, in the first pass,
+// computes the f32 reference of every query), then times those formats into rows.
+func benchPass(engs *benchEngines, info gokv.DeviceInfo, ceil ceilings, formats []gokv.Format, lays []seqLayout,
+	pass []int, need []int64, first bool, refLay seqLayout, queries []*benchQuery, S, B int, o *benchOpts,
+	rows [][][]any, tick func()) error {
+	H, Hq, d := o.headsKV, o.headsQ, o.headDim
+	keyBounds := benchKeyBounds(o)
+	pools := make([]*gokv.PagedPool, len(formats))
 	defer func() {
 		for _, p := range pools {
 			p.Close()
 		}
 	}()
-	for i, f := range all {
-		lays[i] = newSeqLayout(f, B, S)
+	var passBytes int64
+	for _, i := range pass {
 		var err error
-		on := eng
-		if i == 0 {
-			on = refEng
+		if pools[i], err = newBenchPool(engs.eng, formats[i], lays[i], H, d, keyBounds); err != nil {
+			return fmt.Errorf("format %s at context %d, batch %d: %w", formats[i], S, B, err)
 		}
-		if pools[i], err = newBenchPool(on, f, lays[i], H, d, i > 0 && keyBounds); err != nil {
-			return nil, fmt.Errorf("format %s at context %d, batch %d: %w", f, S, B, err)
+		passBytes += need[i]
+	}
+	var refPool *gokv.PagedPool
+	if first {
+		var err error
+		if refPool, err = newBenchPool(engs.refEng, gokv.Format{Kind: gokv.F32}, refLay, H, d, false); err != nil {
+			return fmt.Errorf("f32 reference at context %d: %w", S, err)
+		}
+		defer refPool.Close()
+	}
+	scale := float32(1 / math.Sqrt(float64(d)))
+	var refIndptr, refIDs []int32
+	var refOut []float32
+	if refPool != nil {
+		refIndptr, refIDs = make([]int32, B+1), make([]int32, B*refLay.pagesPerSeq)
+		for s := range refIndptr {
+			refIndptr[s] = int32(s * refLay.pagesPerSeq)
+		}
+		for _, bq := range queries {
+			refOut = make([]float32, max(len(refOut), len(bq.ref)))
 		}
 	}
 	const chunk = 4096
@@ -285,42 +480,54 @@ func benchCase(eng, refEng *gokv.Engine, info gokv.DeviceInfo, ceil ceilings, fo
 		for start := 0; start < S; start += chunk {
 			n := min(chunk, S-start)
 			synthKV(rng, kbuf[:n*H*d], vbuf[:n*H*d], d)
-			for i := range all {
+			for _, i := range pass {
 				if err := lays[i].writeSeq(pools[i], s, start, kbuf[:n*H*d], vbuf[:n*H*d], n); err != nil {
-					return nil, fmt.Errorf("writing format %s: %w", all[i], err)
+					return fmt.Errorf("writing format %s: %w", formats[i], err)
+				}
+			}
+			if refPool != nil { // sequence s over the previous one: the pool's sequence 0 restarts at 0
+				if err := refLay.writeSeq(refPool, 0, start, kbuf[:n*H*d], vbuf[:n*H*d], n); err != nil {
+					return fmt.Errorf("writing the f32 reference: %w", err)
 				}
 			}
 		}
+		if refPool == nil {
+			continue
+		}
+		// The call keeps the whole batch's shape, the other sequences' pages released: the CPU kernel cuts
+		// its split-K chunks by the tokens of all the sequences, so a one-sequence call would sum in other
+		// chunks and move cos_vs_f32 in its 9th digit. Released pages cost the kernel nothing.
+		for i := range refIDs {
+			refIDs[i] = -1
+		}
+		copy(refIDs[s*refLay.pagesPerSeq:], refLay.pageIDs)
+		for _, bq := range queries {
+			per := bq.T * Hq * d // output floats of one sequence
+			a := gokv.PagedAttend{QIndptr: bq.qIndptr, PageIndptr: refIndptr, PageIDs: refIDs, KVLen: bq.kvLen,
+				QPos: bq.qPos, HeadsQ: Hq, Q: bq.q, Out: refOut[:B*per], Scale: scale}
+			if err := refPool.Attend(a); err != nil {
+				return fmt.Errorf("f32 reference at context %d: %w", S, err)
+			}
+			copy(bq.ref[s*per:(s+1)*per], refOut[s*per:(s+1)*per])
+		}
+	}
+	if refPool != nil { // computed: its memory goes back before the timing
+		refPool.Close()
 	}
 
-	var rows []any
-	for _, prefill := range modes {
-		T := 1
-		if prefill {
-			T = min(o.prefillTokens, S)
-		}
-		rng := rand.New(rand.NewPCG(o.seed^0x9e3779b9, uint64(S)))
-		q := make([]float32, B*T*Hq*d)
-		fillNormal(rng, q)
-		qIndptr, kvLen, qPos := make([]int32, B+1), make([]int32, B), make([]int32, B)
-		for s := 0; s < B; s++ {
-			qIndptr[s+1] = int32((s + 1) * T)
-			kvLen[s], qPos[s] = int32(S), int32(S-T)
-		}
+	f32PageBytes := func(pageSize int) int64 { return gokv.Format{Kind: gokv.F32}.PageBytes(H, d, d, pageSize, false) }
+	for m, bq := range queries {
+		prefill, T := bq.prefill, bq.T
 		batch := func(i int, out []float32, baseline bool) gokv.PagedAttend {
-			return gokv.PagedAttend{QIndptr: qIndptr, PageIndptr: lays[i].pageIndptr,
-				PageIDs: lays[i].pageIDs, KVLen: kvLen, QPos: qPos, ResidualSlot: lays[i].residualSlot, HeadsQ: Hq,
-				Q: q, Out: out, Scale: float32(1 / math.Sqrt(float64(d))), Baseline: baseline}
-		}
-		ref := make([]float32, B*T*Hq*d)
-		if err := pools[0].Attend(batch(0, ref, false)); err != nil {
-			return nil, fmt.Errorf("f32 reference at context %d: %w", S, err)
+			return gokv.PagedAttend{QIndptr: bq.qIndptr, PageIndptr: lays[i].pageIndptr,
+				PageIDs: lays[i].pageIDs, KVLen: bq.kvLen, QPos: bq.qPos, ResidualSlot: lays[i].residualSlot, HeadsQ: Hq,
+				Q: bq.q, Out: out, Scale: scale, Baseline: baseline}
 		}
 		// Causal rows: row j (0-based) of T sees S-T+j+1 tokens.
 		visible := float64(T)*float64(S-T) + float64(T)*float64(T+1)/2
 		flops := 2 * float64(Hq) * visible * float64(2*d) * float64(B)
-		for fi, f := range formats {
-			i := fi + 1
+		for _, i := range pass {
+			f := formats[i]
 			evs := o.parsedEvictions
 			if prefill || len(evs) == 0 {
 				evs = []evalEviction{{name: "full"}}
@@ -328,7 +535,7 @@ func benchCase(eng, refEng *gokv.Engine, info gokv.DeviceInfo, ceil ceilings, fo
 			for _, ev := range evs {
 				pol, err := benchPolicyFor(ev, lays[i], pools[i], f, S, B, H, o.seed)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				attend := func(out []float32, baseline bool) gokv.PagedAttend {
 					a := batch(i, out, baseline)
@@ -342,7 +549,7 @@ func benchCase(eng, refEng *gokv.Engine, info gokv.DeviceInfo, ceil ceilings, fo
 				// burst of a noisy machine move its median by a third.
 				tm, err := timeIt(o.minTime, 3, 1000, func() error { return pools[i].Attend(attend(out, false)) })
 				if err != nil {
-					return nil, fmt.Errorf("format %s, eviction %s at context %d: %w", f, ev.name, S, err)
+					return fmt.Errorf("format %s, eviction %s at context %d: %w", f, ev.name, S, err)
 				}
 				bytes := pol.bytes
 				fl := flops
@@ -353,8 +560,17 @@ func benchCase(eng, refEng *gokv.Engine, info gokv.DeviceInfo, ceil ceilings, fo
 				row := benchRow{Backend: info.Backend, Format: f.String(), Eviction: pol.name, Context: S, Batch: B, HeadsQ: Hq,
 					HeadsKV: H, HeadDim: d, Threads: info.Threads, Ms: ms, MsP10: tm.p10, MsP90: tm.p90,
 					GBps: bytes / (ms * 1e-3) / 1e9, GFLOPs: fl / (ms * 1e-3) / 1e9, FloorMs: floor, FloorFrac: floor / ms,
-					CosVsF32: cosine(out, ref), BytesRead: bytes}
-				if info.Caps.Baseline && pol.apply == nil {
+					CosVsF32: cosine(out, bq.ref), BytesRead: bytes}
+				// The baseline expands every page of the table to f32 (baseline.c), into a copy the device
+				// keeps at its largest: it runs when that copy already exists or fits beside the pass's pools.
+				copyBytes := int64(len(lays[i].pageIDs)) * f32PageBytes(lays[i].pageSize)
+				fits := copyBytes <= engs.held || passBytes+copyBytes <= o.memBudget
+				if info.Caps.Baseline && pol.apply == nil && !fits {
+					logger.Warn().Str("format", f.String()).Int("context", S).Int("batch", B).
+						Str("needs", formatSize(copyBytes)).Str("pools", formatSize(passBytes)).Str("budget", formatSize(o.memBudget)).
+						Msg("the baseline's f32 copy of K/V does not fit --mem-budget beside the pools; baseline_ms is null")
+				}
+				if info.Caps.Baseline && pol.apply == nil && fits {
 					// The baseline materializes f32 K/V for every call: give it a smaller budget and fewer runs.
 					baseOut := make([]float32, len(out))
 					baseline := func() error { return pools[i].Attend(attend(baseOut, true)) }
@@ -363,6 +579,7 @@ func benchCase(eng, refEng *gokv.Engine, info gokv.DeviceInfo, ceil ceilings, fo
 					var btm timing
 					err := baseline()
 					if err == nil {
+						engs.held = max(engs.held, copyBytes)
 						btm, err = timeIt(o.minTime/2, 1, 10, baseline)
 					}
 					switch {
@@ -372,22 +589,22 @@ func benchCase(eng, refEng *gokv.Engine, info gokv.DeviceInfo, ceil ceilings, fo
 						logger.Warn().Err(err).Str("format", f.String()).Int("context", S).
 							Msg("baseline does not fit this device; baseline_ms is null")
 					case err != nil:
-						return nil, fmt.Errorf("baseline %s at context %d: %w", f, S, err)
+						return fmt.Errorf("baseline %s at context %d: %w", f, S, err)
 					default:
 						bms, speedup := btm.median, btm.median/ms
 						row.BaselineMs, row.SpeedupVsBaseline = &bms, &speedup
 					}
 				}
 				if prefill {
-					rows = append(rows, prefillRow{benchRow: row, Mode: "prefill", PrefillTokens: T})
+					rows[m][i] = append(rows[m][i], prefillRow{benchRow: row, Mode: "prefill", PrefillTokens: T})
 				} else {
-					rows = append(rows, row)
+					rows[m][i] = append(rows[m][i], row)
 				}
 				tick()
 			}
 		}
 	}
-	return rows, nil
+	return nil
 }
 
 // benchEvictionNotes says how each kind of --eviction policy is timed, for the text header.
@@ -570,4 +787,56 @@ func timeIt(budget time.Duration, minRuns, maxRuns int, fn func() error) (timing
 		times = append(times, time.Since(t).Seconds()*1e3)
 	}
 	return timing{median(times), percentile(times, 0.1), percentile(times, 0.9)}, nil
+}
+
+// benchDefaultBudgetFrac is the share of the memory available that --mem-budget auto takes: room for the
+// Go heap, the page cache and whatever else runs beside the benchmark.
+const benchDefaultBudgetFrac = 0.6
+
+// benchFallbackBudget is --mem-budget auto where /proc/meminfo cannot say what is available.
+const benchFallbackBudget = 8 << 30
+
+// parseMemBudget reads --mem-budget: "auto", or a byte count as parseSize takes it with K, M and G
+// (and T) also meaning KiB, MiB and GiB, as --contexts' K does.
+func parseMemBudget(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if strings.EqualFold(t, "auto") {
+		if avail, ok := memAvailable(); ok {
+			return int64(benchDefaultBudgetFrac * float64(avail)), nil
+		}
+		return benchFallbackBudget, nil
+	}
+	if t != "" && strings.ContainsRune("kKmMgGtT", rune(t[len(t)-1])) {
+		t += "iB"
+	}
+	n, err := parseSize(t)
+	if err != nil {
+		return 0, fmt.Errorf("--mem-budget: %w", err)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("--mem-budget %q must be more than 0 bytes", s)
+	}
+	return n, nil
+}
+
+// memAvailable is Linux's estimate of the memory a new workload can take without swapping or the OOM
+// killer (MemAvailable in /proc/meminfo); ok is false where there is no such file.
+func memAvailable() (int64, bool) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		rest, found := strings.CutPrefix(line, "MemAvailable:")
+		if !found {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 2 && fields[1] == "kB" {
+			if kb, err := strconv.ParseInt(fields[0], 10, 64); err == nil {
+				return kb << 10, true
+			}
+		}
+	}
+	return 0, false
 }

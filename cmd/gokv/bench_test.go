@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -164,4 +165,111 @@ func TestTimeItRunsWithinBounds(t *testing.T) {
 	assert.LessOrEqual(t, tm.median, tm.p90)
 	assert.GreaterOrEqual(t, calls, 3)
 	assert.LessOrEqual(t, calls, 6)
+}
+
+// benchSmallArgs is a small bench case (three formats, two batches, decode and prefill) for the budget tests.
+func benchSmallArgs(budget string) []string {
+	return []string{"bench", "--json", "-q", "--backend", "cpu", "--formats", "f16,q4,kivi2:32:32", "--contexts", "256",
+		"--batch", "1,3", "--heads-q", "4", "--heads-kv", "2", "--head-dim", "32", "--min-time", "1ms", "--read-mib", "8",
+		"--prefill", "--prefill-tokens", "8", "--mem-budget", budget}
+}
+
+// benchSmallBytes is what benchSmallArgs' batch of 3 holds: the one-sequence f32 reference, the largest
+// format pool, all the pools, and f16's baseline copy.
+func benchSmallBytes(t *testing.T) (ref, largest, total, f16Copy int64) {
+	t.Helper()
+	formats, err := parseFormats("f16,q4,kivi2:32:32")
+	require.NoError(t, err)
+	f32 := gokv.Format{Kind: gokv.F32}
+	ref, err = benchPoolBytes(f32, newSeqLayout(f32, 1, 256), 2, 32, false)
+	require.NoError(t, err)
+	var need []int64
+	for _, f := range formats {
+		n, err := benchPoolBytes(f, newSeqLayout(f, 3, 256), 2, 32, false)
+		require.NoError(t, err)
+		need, largest, total = append(need, n), max(largest, n), total+n
+	}
+	require.Greater(t, len(benchPasses(need, largest)), 1, "a budget of the largest pool takes passes")
+	l := newSeqLayout(formats[0], 3, 256)
+	f16Copy = int64(len(l.pageIDs)) * f32.PageBytes(2, 32, 32, l.pageSize, false)
+	return ref, largest, total, f16Copy
+}
+
+func benchJSONRows(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var rows []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var row map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &row), line)
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// TestBenchMemBudgetPasses: a budget that fits one pool at a time gives the rows of a budget that fits
+// them all, in the same order, with the same data (cos_vs_f32 to the last bit) and bytes.
+func TestBenchMemBudgetPasses(t *testing.T) {
+	ref, largest, _, _ := benchSmallBytes(t)
+	one, msg := runCLI(t, benchSmallArgs("1G")...)
+	require.Empty(t, msg)
+	many, msg := runCLI(t, benchSmallArgs(strconv.FormatInt(ref+largest, 10))...)
+	require.Empty(t, msg)
+	a, b := benchJSONRows(t, one), benchJSONRows(t, many)
+	require.Len(t, a, 3*2*2, "format x batch x (decode, prefill)")
+	require.Len(t, b, len(a))
+	for i := range a {
+		for _, k := range []string{"format", "batch", "mode", "cos_vs_f32", "bytes_read"} {
+			assert.Equal(t, a[i][k], b[i][k], "row %d %s", i, k)
+		}
+	}
+}
+
+// TestBenchMemBudgetTooSmall: a pool that alone exceeds the budget is an error naming it and the flag.
+func TestBenchMemBudgetTooSmall(t *testing.T) {
+	ref, largest, _, _ := benchSmallBytes(t)
+	_, msg := runCLI(t, benchSmallArgs(strconv.FormatInt(ref+largest-1, 10))...)
+	assert.Contains(t, msg, "format f16 at context 256, batch 3")
+	assert.Contains(t, msg, "more than the memory budget")
+	assert.Contains(t, msg, "--mem-budget")
+	_, msg = runCLI(t, benchSmallArgs("0")...)
+	assert.Contains(t, msg, "--mem-budget")
+}
+
+// TestBenchBaselineSkipped: where the baseline's f32 copy does not fit beside the pools, the row has a
+// null baseline ("-" in the table) and the rest of the row as usual.
+func TestBenchBaselineSkipped(t *testing.T) {
+	ref, _, total, f16Copy := benchSmallBytes(t)
+	budget := ref + total
+	require.Greater(t, total+f16Copy, budget)
+	out, msg := runCLI(t, append(benchSmallArgs(strconv.FormatInt(budget, 10)), "--batch", "3")...)
+	require.Empty(t, msg)
+	for _, row := range benchJSONRows(t, out) {
+		if row["format"] == "f16" {
+			assert.Nil(t, row["baseline_ms"], "f16 at batch 3")
+			assert.Nil(t, row["speedup_vs_baseline"])
+			assert.Greater(t, row["ms"], 0.0)
+			assert.Greater(t, row["cos_vs_f32"], 0.99999)
+		}
+	}
+	args := slices.DeleteFunc(append(benchSmallArgs(strconv.FormatInt(budget, 10)), "--batch", "3"),
+		func(s string) bool { return s == "--json" })
+	text, msg := runCLI(t, args...)
+	require.Empty(t, msg)
+	assert.Contains(t, text, "memory budget:")
+	assert.Regexp(t, `(?m)^decode\s+f16\s+full\s+256\s+3\s.*\s-\s+-\s+[01]\.\d{6}$`, text)
+}
+
+func TestBenchMemBudgetParse(t *testing.T) {
+	for in, want := range map[string]int64{"8G": 8 << 30, "512m": 512 << 20, "12GB": 12e9, "4096": 4096, "1.5GiB": 3 << 29} {
+		got, err := parseMemBudget(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	auto, err := parseMemBudget("auto")
+	require.NoError(t, err)
+	assert.Positive(t, auto)
+	for _, in := range []string{"0", "-1G", "x", ""} {
+		_, err := parseMemBudget(in)
+		assert.Error(t, err, in)
+	}
 }
