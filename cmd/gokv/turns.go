@@ -81,7 +81,7 @@ type turnRow struct {
 	ColdMs       float64 `json:"cold_ms"`
 	ReuseMs      float64 `json:"reuse_ms"`
 	Speedup      float64 `json:"speedup"`
-	Same         bool    `json:"same_greedy"`     // the reuse run generated the cold run's bytes
+	Same         bool    `json:"same_greedy"`    // the reuse run generated the cold run's bytes
 	MaxLogitDiff float64 `json:"max_logit_diff"` // last prompt row, reuse vs cold
 	RestartMs    float64 `json:"restart_ms,omitempty"`
 	RestartSame  bool    `json:"restart_same,omitempty"`
