@@ -4,10 +4,14 @@
  *
  * rows are consumed in slabs of 16 elements (two ymm), decoded in the encoding's cheapest lane order
  * (4-bit: even elements then odd ones; 2-bit: elements 4j, 4j+1, 4j+2, 4j+3), with the query permuted the
- * same way once per call and value accumulators permuted back once per block. Quantized slabs are
- * dequantized in registers as code·s + b (exactly scalar.c's dequant_row: code·s is exact in float), so
- * the score is one FMA per element per query and needs no Σq bias term. Score accumulators of 8 tokens
- * are reduced together (hadd tree); value accumulators stay in registers across the block, slab by slab.
+ * same way once per call and value accumulators permuted back once per block. For scores, quantized slabs
+ * are dequantized in registers as code·s + b (exactly scalar.c's dequant_row: code·s is exact in float),
+ * so the score is one FMA per element per query and needs no Σq bias term. 2-bit codes decode through an
+ * 8-entry table (avx2_q2_codes), 8- and 4-bit ones through an int->float conversion. Score accumulators
+ * of 8 tokens are reduced together (hadd tree); value accumulators stay in registers across the block,
+ * slab by slab, and quantized values fold the scale into the weights once per group and block
+ * (Σ_t p_t (s_t code_t + b_t) = Σ_t (p_t s_t) code_t + Σ_t p_t b_t), so their token loop is the raw codes
+ * and one FMA per query and 8 lanes.
  * Plain rows whose length is not a multiple of 16 decode their last slab from a zero-padded copy.
  * Queries are taken in chunks of 4, 3, 2, 1 (16 ymm registers). Where the CPU has AVX-VNNI, q4 scores go
  * through vpdpbusd as in avx512.c (avx2_score_rows_q4_vnni, with this table's q4_prep).

@@ -8,19 +8,9 @@
 
 /* ---- KIVI keys (per channel): tokens in lanes, 16 tokens per piece ---- */
 
-/* Raw codes of 16 tokens of one channel, in the 2-/4-bit slab lane order. */
+/* Raw codes of 16 tokens of one channel, in the 2-/4-bit slab lane order (the bytes of one row's slab). */
 AVX2_INLINE void avx2_chan_codes(const uint8_t *c, const int bits, __m256 *a, __m256 *b) {
-    if (bits == 4) {
-        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
-        *a = _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(15)));
-        *b = _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4));
-    } else {
-        uint32_t w;
-        memcpy(&w, c, 4);
-        const __m256i z = _mm256_set1_epi32((int)w), m3 = _mm256_set1_epi32(3);
-        *a = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(z, _mm256_loadu_si256((const __m256i *)avx2_q2_shift_a)), m3));
-        *b = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(z, _mm256_loadu_si256((const __m256i *)avx2_q2_shift_b)), m3));
-    }
+    avx2_slab_codes(c, 0, bits == 4 ? CPU_ENC_Q4 : CPU_ENC_Q2, a, b);
 }
 
 AVX2_INLINE void avx2_score_chan_core(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, const int NQ,
@@ -45,7 +35,6 @@ AVX2_INLINE void avx2_score_chan_core(const cpu_chan *ch, int32_t d, const float
         }
         qb[i] = avx2_reduce(dot) + tail;
     }
-    const int32_t *perm = bits == 4 ? avx2_perm_q4 : avx2_perm_q2;
     for (int32_t p0 = 0; p0 < ch->g; p0 += 16) {
         __m256 acc_a[AVX2_MAX_NQ], acc_b[AVX2_MAX_NQ];
 #pragma GCC unroll 4
@@ -61,12 +50,16 @@ AVX2_INLINE void avx2_score_chan_core(const cpu_chan *ch, int32_t d, const float
                 acc_b[i] = _mm256_fmadd_ps(b, w, acc_b[i]);
             }
         }
+        /* unrolled: with i a variable, the accumulators lived on the stack, stored at every channel (KIVI keys
+         * 1.30x faster without) */
+#pragma GCC unroll 4
         for (int i = 0; i < NQ; i++) {
-            float tmp[16];
-            _mm256_storeu_ps(tmp, acc_a[i]);
-            _mm256_storeu_ps(tmp + 8, acc_b[i]);
+            __m256 lo, hi;
+            avx2_unpermute(bits == 4 ? CPU_ENC_Q4 : CPU_ENC_Q2, acc_a[i], acc_b[i], &lo, &hi);
+            const __m256 qbi = _mm256_set1_ps(qb[i]);
             float *si = s + (size_t)i * lds + p0;
-            for (int32_t j = 0; j < 16; j++) si[perm[j]] = tmp[j] + qb[i];
+            _mm256_storeu_ps(si, _mm256_add_ps(lo, qbi));
+            _mm256_storeu_ps(si + 8, _mm256_add_ps(hi, qbi));
         }
     }
 }
