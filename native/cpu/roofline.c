@@ -48,7 +48,7 @@ enum { ROOFLINE_HINTS = sizeof roofline_hints / sizeof roofline_hints[0] };
 #define ROOFLINE_PREFETCH(p, l2) \
     ((l2) ? _mm_prefetch((const char *)(p), _MM_HINT_T1) : _mm_prefetch((const char *)(p), _MM_HINT_T0))
 #else
-#define ROOFLINE_PREFETCH(p, l2) __builtin_prefetch((p), 0, (l2) ? 2 : 3)
+#define ROOFLINE_PREFETCH(p, l2) ((l2) ? __builtin_prefetch((p), 0, 2) : __builtin_prefetch((p), 0, 3))
 #endif
 
 /* Asks for the 256 bytes `ahead` bytes past p + i when they lie inside the walk. */
