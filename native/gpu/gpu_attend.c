@@ -528,7 +528,7 @@ static void attend_record(gpu_call *c, const gokv_layout *L, const gokv_attend_d
     const uint32_t in_base = (uint32_t)j->in_base;
     fill_up(d, L, p, (uint32_t *)c->up, j->baseline);
     if (j->staged) {
-        c->d->ops->copy(c, GPU_UP, 0, GPU_SCRATCH, j->in_base * 4u, p->up_words * 4u);
+        gpu_copy(c, GPU_UP, 0, GPU_SCRATCH, j->in_base * 4u, p->up_words * 4u);
         gpu_barrier(c);
     }
     if (p->quest) { /* bounds, then the choice and the masks attend reads, behind a barrier each */

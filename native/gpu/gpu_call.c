@@ -2,6 +2,7 @@
  * gpu_call.c: the call helpers (through the module's gpu_ops), the grids a plan dispatches, and a pool's
  * specialization constants (gpu_plan.h).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "gpu_internal.h"
@@ -37,9 +38,51 @@ void gpu_dispatch_items(gpu_call *c, gpu_pipeline pl, const void *push, uint32_t
     gpu_dispatch(c, pl, push, push_bytes, gx, (uint32_t)((n + gx - 1) / gx), 1);
 }
 
+/* The bytes of binding b this call may touch: the pool's buffers whole, the staging buffers as asked for. */
+static uint64_t binding_bytes(const gpu_call *c, int32_t b) {
+    const gpu_pool *p = c->p;
+    switch (b) {
+    case GPU_PAGES: return p ? (uint64_t)(p->L.page_bytes + p->L.bounds_bytes) * (uint64_t)p->n_pages : 0;
+    case GPU_RINGS: return p ? (uint64_t)p->L.ring_bytes * (uint64_t)p->n_slots : 0;
+    case GPU_UP: return c->up_bytes;
+    case GPU_SCRATCH: return c->scratch_bytes;
+    case GPU_DOWN: return c->down_bytes;
+    default: return 0;
+    }
+}
+
+static int in_binding(const gpu_call *c, int32_t b, uint64_t off, uint64_t bytes) {
+    const uint64_t n = binding_bytes(c, b);
+    return off <= n && bytes <= n - off;
+}
+
+void gpu_copy(gpu_call *c, int32_t src, uint64_t src_off, int32_t dst, uint64_t dst_off, uint64_t bytes) {
+    if (bytes == 0 || c->fault[0]) return;
+    if (!in_binding(c, src, src_off, bytes) || !in_binding(c, dst, dst_off, bytes)) {
+        snprintf(c->fault, sizeof c->fault, "copy of %llu bytes from binding %d at %llu to binding %d at %llu is outside them",
+                 (unsigned long long)bytes, src, (unsigned long long)src_off, dst, (unsigned long long)dst_off);
+        return;
+    }
+    c->d->ops->copy(c, src, src_off, dst, dst_off, bytes);
+}
+
+void gpu_fill(gpu_call *c, int32_t dst, uint64_t off, uint64_t bytes, uint32_t word) {
+    if (bytes == 0 || c->fault[0]) return;
+    if (!in_binding(c, dst, off, bytes) || off % 4u != 0) {
+        snprintf(c->fault, sizeof c->fault, "fill of %llu bytes of binding %d at %llu is outside it or unaligned",
+                 (unsigned long long)bytes, dst, (unsigned long long)off);
+        return;
+    }
+    c->d->ops->fill(c, dst, off, bytes, word);
+}
+
 void gpu_barrier(gpu_call *c) { c->d->ops->barrier(c); }
 
-gokv_status gpu_call_submit(gpu_call *c, const char *op) { return c->d->ops->submit(c, op); }
+/* A call with a fault is not submitted: gpu_call_end discards what it recorded, so it changes nothing. */
+gokv_status gpu_call_submit(gpu_call *c, const char *op) {
+    if (c->fault[0]) return gokv_set_error(GOKV_EDEVICE, "%s: %s", op, c->fault);
+    return c->d->ops->submit(c, op);
+}
 
 void gpu_call_end(gpu_call *c) {
     if (c->d) c->d->ops->end(c);

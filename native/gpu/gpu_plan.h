@@ -91,6 +91,7 @@ typedef struct gpu_call {
     uint8_t *up, *down;
     uint64_t up_bytes, scratch_bytes, down_bytes;
     void *impl; /* the module's recording state */
+    char fault[160]; /* the first copy or fill outside its bindings (gpu_copy, gpu_fill); submit reports it */
 } gpu_call;
 
 /* What a module implements. Errors set a message (gokv_set_error) naming the op and return its status. */
@@ -105,7 +106,8 @@ struct gpu_ops {
     /* gx*gy*gz workgroups of caps.wg_size threads (each within caps.max_groups; 0 in any: nothing). */
     void (*dispatch)(gpu_call *c, gpu_pipeline pl, const void *push, uint32_t push_bytes, uint32_t gx, uint32_t gy,
                      uint32_t gz);
-    /* Copies bytes between bindings (regions of one copy do not overlap); fill sets bytes to a 32-bit word. */
+    /* Copies bytes between bindings (regions of one copy do not overlap); fill sets bytes to a 32-bit word.
+     * Called through gpu_copy / gpu_fill, which have checked the ranges against the call's bindings. */
     void (*copy)(gpu_call *c, int32_t src, uint64_t src_off, int32_t dst, uint64_t dst_off, uint64_t bytes);
     void (*fill)(gpu_call *c, int32_t dst, uint64_t off, uint64_t bytes, uint32_t word);
     /* Makes every earlier write (dispatch, copy, fill) visible to every later read. */
@@ -170,6 +172,11 @@ void gpu_dispatch(gpu_call *c, gpu_pipeline pl, const void *push, uint32_t push_
  * (y * groups_x + x) * wg + local id and skip the tail. */
 void gpu_dispatch_linear(gpu_call *c, gpu_pipeline pl, const void *push, uint32_t push_bytes, uint64_t items,
                          uint32_t wg);
+/* A copy between bindings and a fill of one (bytes 0: nothing). A range outside its binding (the pool's pages
+ * and rings, or the bytes begin asked for) or a fill off a 4-byte boundary is recorded as the call's fault
+ * instead: nothing of the call runs, and gpu_call_submit fails naming it. */
+void gpu_copy(gpu_call *c, int32_t src, uint64_t src_off, int32_t dst, uint64_t dst_off, uint64_t bytes);
+void gpu_fill(gpu_call *c, int32_t dst, uint64_t off, uint64_t bytes, uint32_t word);
 void gpu_barrier(gpu_call *c);
 gokv_status gpu_call_submit(gpu_call *c, const char *op);
 void gpu_call_end(gpu_call *c);

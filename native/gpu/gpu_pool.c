@@ -47,8 +47,8 @@ gokv_status gpu_pool_clear(gpu_device *d, gpu_pool *p) {
     gpu_call c;
     if ((st = gpu_call_begin(d, p, 0, 0, 0, &c))) return st;
     const uint64_t ring_bytes = L->ring_bytes * (uint64_t)p->n_slots;
-    c.d->ops->fill(&c, GPU_PAGES, 0, (L->page_bytes + L->bounds_bytes) * (uint64_t)p->n_pages, 0);
-    if (ring_bytes) c.d->ops->fill(&c, GPU_RINGS, 0, ring_bytes, 0);
+    gpu_fill(&c, GPU_PAGES, 0, (L->page_bytes + L->bounds_bytes) * (uint64_t)p->n_pages, 0);
+    if (ring_bytes) gpu_fill(&c, GPU_RINGS, 0, ring_bytes, 0);
     if (bounds_pl) { /* every page's bounds: "no key yet" (min = +inf, max = -inf) */
         gpu_barrier(&c);
         const uint64_t items = (uint64_t)p->n_pages * (uint64_t)L->n_kv_heads * (uint64_t)L->d_k / 2u;
@@ -66,16 +66,15 @@ gokv_status gpu_pool_copy(gpu_device *d, gpu_pool *p, const gokv_copy_desc *desc
     gpu_call c;
     gokv_status st = gpu_call_begin(d, p, 0, 0, 0, &c);
     if (st) return st;
-    const gpu_ops *ops = d->ops;
     for (int32_t i = 0; i < desc->n_pages; i++)
-        ops->copy(&c, GPU_PAGES, (uint64_t)desc->src_pages[i] * L->page_bytes, GPU_PAGES,
-                  (uint64_t)desc->dst_pages[i] * L->page_bytes, L->page_bytes);
+        gpu_copy(&c, GPU_PAGES, (uint64_t)desc->src_pages[i] * L->page_bytes, GPU_PAGES,
+                 (uint64_t)desc->dst_pages[i] * L->page_bytes, L->page_bytes);
     for (int32_t i = 0; L->key_bounds && i < desc->n_pages; i++) /* a page's key bounds go with it */
-        ops->copy(&c, GPU_PAGES, (uint64_t)p->bounds_w * 4u + (uint64_t)desc->src_pages[i] * L->bounds_bytes, GPU_PAGES,
-                  (uint64_t)p->bounds_w * 4u + (uint64_t)desc->dst_pages[i] * L->bounds_bytes, L->bounds_bytes);
+        gpu_copy(&c, GPU_PAGES, (uint64_t)p->bounds_w * 4u + (uint64_t)desc->src_pages[i] * L->bounds_bytes, GPU_PAGES,
+                 (uint64_t)p->bounds_w * 4u + (uint64_t)desc->dst_pages[i] * L->bounds_bytes, L->bounds_bytes);
     for (int32_t i = 0; L->ring_bytes * (uint64_t)p->n_slots > 0 && i < desc->n_slots; i++)
-        ops->copy(&c, GPU_RINGS, (uint64_t)desc->src_slots[i] * L->ring_bytes, GPU_RINGS,
-                  (uint64_t)desc->dst_slots[i] * L->ring_bytes, L->ring_bytes);
+        gpu_copy(&c, GPU_RINGS, (uint64_t)desc->src_slots[i] * L->ring_bytes, GPU_RINGS,
+                 (uint64_t)desc->dst_slots[i] * L->ring_bytes, L->ring_bytes);
     st = gpu_call_submit(&c, "gokv_pool_copy");
     gpu_call_end(&c);
     return st;
@@ -87,7 +86,7 @@ static gokv_status download(gpu_device *d, gpu_pool *p, int32_t src, uint64_t of
     gpu_call c;
     gokv_status st = gpu_call_begin(d, p, 0, 0, bytes, &c);
     if (st) return st;
-    d->ops->copy(&c, src, offset, GPU_DOWN, 0, bytes);
+    gpu_copy(&c, src, offset, GPU_DOWN, 0, bytes);
     st = gpu_call_submit(&c, op);
     if (!st) memcpy(out, c.down, bytes);
     gpu_call_end(&c);
@@ -119,7 +118,7 @@ gokv_status gpu_set_page_bytes(gpu_device *d, gpu_pool *p, int32_t page, const v
     gokv_status st = gpu_call_begin(d, p, (meta_w + 3u) * 4u, 0, 0, &c);
     if (st) return st;
     memcpy(c.up, bytes, L->page_bytes);
-    d->ops->copy(&c, GPU_UP, 0, GPU_PAGES, (uint64_t)page * L->page_bytes, L->page_bytes);
+    gpu_copy(&c, GPU_UP, 0, GPU_PAGES, (uint64_t)page * L->page_bytes, L->page_bytes);
     if (bounds_pl) {
         uint32_t *meta = (uint32_t *)c.up + meta_w;
         meta[0] = (uint32_t)page;
@@ -141,7 +140,7 @@ gokv_status gpu_set_slot_bytes(gpu_device *d, gpu_pool *p, int32_t slot, const v
     gokv_status st = gpu_call_begin(d, p, L->ring_bytes, 0, 0, &c);
     if (st) return st;
     memcpy(c.up, bytes, L->ring_bytes);
-    d->ops->copy(&c, GPU_UP, 0, GPU_RINGS, (uint64_t)slot * L->ring_bytes, L->ring_bytes);
+    gpu_copy(&c, GPU_UP, 0, GPU_RINGS, (uint64_t)slot * L->ring_bytes, L->ring_bytes);
     st = gpu_call_submit(&c, "gokv_pool_set_slot_bytes");
     gpu_call_end(&c);
     return st;

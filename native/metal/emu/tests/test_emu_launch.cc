@@ -195,6 +195,28 @@ TEST(MetalEmuDevice, CallRunsCopiesFillsAndDispatchesInOrder) {
     gpu_call_end(&c);
 }
 
+// gpu_copy / gpu_fill check their ranges against the call's bindings for every module: one outside fails the
+// call at submit, naming it, and nothing of the call runs (the earlier, valid copy included).
+TEST(MetalEmuDevice, CopyOrFillOutsideItsBindingFailsTheCallAndRunsNothing) {
+    Device dev;
+    ASSERT_NE(dev.d, nullptr);
+    for (int fill = 0; fill < 2; fill++) {
+        gpu_call c;
+        ASSERT_EQ(gpu_call_begin(&dev.d->base, nullptr, 64, 0, 64, &c), GOKV_OK) << gokv_last_error();
+        std::memset(c.up, 0x11, 64);
+        std::memset(c.down, 0, 64);
+        gpu_copy(&c, GPU_UP, 0, GPU_DOWN, 0, 64);
+        if (fill) gpu_fill(&c, GPU_DOWN, 32, 64, 0);
+        else gpu_copy(&c, GPU_UP, 8, GPU_DOWN, 0, 64);
+        EXPECT_EQ(gpu_call_submit(&c, "test"), GOKV_EDEVICE);
+        const std::string msg = gokv_last_error();
+        EXPECT_NE(msg.find(fill ? "test: fill of 64 bytes of binding" : "test: copy of 64 bytes from binding"),
+                  std::string::npos) << msg;
+        EXPECT_EQ(c.down[0], 0u) << "the call's valid copy ran";
+        gpu_call_end(&c);
+    }
+}
+
 TEST(MetalEmuDevice, KernelErrorIsEDEVICENamingTheInstance) {
     Device dev;
     ASSERT_NE(dev.d, nullptr);
