@@ -131,7 +131,7 @@ typedef struct attend_ctx {
 typedef struct scratch {
     float *q, *qsum, *m, *l, *o, *s;
     uint8_t *gather; /* the worker's gathered rows (attend_sparse), NULL without masks */
-    uint8_t *prep; /* the kernel table's q4_prep output */
+    uint8_t *prep; /* the kernel table's query preparation (q4_prep, q8_prep: cpu_query_prep) */
     int32_t *pos;
     /* a query whose weights are kept (mass_seq in_item): the weights of tokens [ep_t[e], ep_t[e + 1]) were taken at
      * the running maximum ep_m[e], ep_n of them, MASS_EPOCHS at most ([query][MASS_EPOCHS]) */
@@ -633,7 +633,7 @@ static void attend_sparse(const attend_ctx *c, int32_t seq, int32_t h, const scr
     for (int32_t w = 0; w < CPU_BLOCK / 32; w++)
         for (uint32_t x = v->live[w]; x; x &= x - 1) idx[n++] = (uint8_t)(w * 32 + __builtin_ctz(x));
     cpu_rows gk = gather_rows(rk, idx, n, sc->gather);
-    k->score_rows[enc](&gk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
+    k->score_rows[enc](&gk, L->d_k, sc->q, L->d_k, sc->qsum, cpu_query_prep(k, enc) ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
     if (sc->pos[0] != sc->pos[nq - 1]) { /* rows at several positions: each row's own tokens among the gathered */
         const gokv_attend_desc *d = c->d;
@@ -679,7 +679,7 @@ static void attend_rows(const attend_ctx *c, int32_t seq, int32_t h, const scrat
         attend_sparse(c, seq, h, sc, nq, b, &v, &rk, &rv);
         return;
     }
-    k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq, sc->s,
+    k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, cpu_query_prep(k, enc) ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
     hide_block(c, seq, h, sc, nq, b, &v);
     if (c->store && !keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
@@ -807,7 +807,8 @@ static void load_queries(const attend_ctx *c, scratch *s, int32_t seq, int32_t k
         const int32_t ng = dk / L->group;
         for (int32_t i = 0; i < nq; i++)
             for (int32_t j = 0; j < ng; j++) s->qsum[(size_t)i * ng + j] = sum_row(s->q + (size_t)i * dk + j * L->group, L->group);
-        if (c->k->q4_prep && cpu_row_enc(L->format) == CPU_ENC_Q4) c->k->q4_prep(s->q, dk, nq, dk, L->group, s->prep);
+        const cpu_prep_fn prep = cpu_query_prep(c->k, cpu_row_enc(L->format));
+        if (prep) prep(s->q, dk, nq, dk, L->group, s->prep);
     }
 }
 
@@ -941,7 +942,7 @@ static int score_block(const attend_ctx *c, int32_t seq, int32_t h, const scratc
         const int32_t enc = cpu_row_enc(L->format);
         cpu_rows rk = block_rows(L, b, h, 0);
         rk.pf = NULL;
-        k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, enc == CPU_ENC_Q4 && k->q4_prep ? sc->prep : NULL, nq,
+        k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, cpu_query_prep(k, enc) ? sc->prep : NULL, nq,
                            sc->s, CPU_BLOCK);
     }
     hide_block(c, seq, h, sc, nq, b, &v);

@@ -66,7 +66,10 @@ static void take_unit(cpu_kernels *dst, const cpu_kernels *src, int u) {
     switch (u) {
     case UNIT_SCORES_F32: dst->score_rows[CPU_ENC_F32] = src->score_rows[CPU_ENC_F32]; break;
     case UNIT_SCORES_F16: dst->score_rows[CPU_ENC_F16] = src->score_rows[CPU_ENC_F16]; break;
-    case UNIT_SCORES_Q8: dst->score_rows[CPU_ENC_Q8] = src->score_rows[CPU_ENC_Q8]; break;
+    case UNIT_SCORES_Q8:
+        dst->score_rows[CPU_ENC_Q8] = src->score_rows[CPU_ENC_Q8];
+        dst->q8_prep = src->q8_prep;
+        break;
     case UNIT_SCORES_Q4:
         dst->score_rows[CPU_ENC_Q4] = src->score_rows[CPU_ENC_Q4];
         dst->q4_prep = src->q4_prep;
@@ -147,15 +150,11 @@ static void dispatch_run(const cpu_kernels *k, int u, dispatch_data *d) {
     switch (u) {
     case UNIT_SCORES_F32:
     case UNIT_SCORES_F16:
-    case UNIT_SCORES_Q8: {
-        const int32_t enc = u - UNIT_SCORES_F32;
-        const cpu_rows r = dispatch_rows(d, enc, 0);
-        k->score_rows[enc](&r, DD, d->q, DD, d->qsum, NULL, DQ, d->s, DN);
-        break;
-    }
+    case UNIT_SCORES_Q8:
     case UNIT_SCORES_Q4: {
-        const cpu_rows r = dispatch_rows(d, CPU_ENC_Q4, 1);
-        k->score_rows[CPU_ENC_Q4](&r, DD, d->q, DD, d->qsum, k->q4_prep ? d->prep : NULL, DQ, d->s, DN);
+        const int32_t enc = u - UNIT_SCORES_F32;
+        const cpu_rows r = dispatch_rows(d, enc, enc == CPU_ENC_Q4);
+        k->score_rows[enc](&r, DD, d->q, DD, d->qsum, cpu_query_prep(k, enc) ? d->prep : NULL, DQ, d->s, DN);
         break;
     }
     case UNIT_KIVI_KEYS:
@@ -177,7 +176,8 @@ static void dispatch_run(const cpu_kernels *k, int u, dispatch_data *d) {
 
 /* The best of several timed rounds of unit u from table k, in seconds per run. */
 static double dispatch_time(const cpu_kernels *k, int u, dispatch_data *d) {
-    if (u == UNIT_SCORES_Q4 && k->q4_prep) k->q4_prep(d->q, DD, DQ, DD, DG, d->prep); /* once per call in attend.c */
+    const cpu_prep_fn prep = u == UNIT_SCORES_Q4 || u == UNIT_SCORES_Q8 ? cpu_query_prep(k, u - UNIT_SCORES_F32) : NULL;
+    if (prep) prep(d->q, DD, DQ, DD, DG, d->prep); /* once per call in attend.c */
     for (int w = 0; w < 4; w++) dispatch_run(k, u, d);
     double best = 0.0;
     for (int round = 0; round < 15; round++) {

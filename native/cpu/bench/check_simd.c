@@ -78,10 +78,11 @@ static void check_rows(const cpu_kernels *S, const cpu_kernels *V, const char *l
     if (enc >= CPU_ENC_Q8)
         for (int32_t i = 0; i < nq; i++)
             for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
-    /* q4 with a prepared query where the table has q4_prep (VNNI), and again without it (the fp32 kernel) */
-    const int prepared = enc == CPU_ENC_Q4 && V->q4_prep;
+    /* q4 and q8 with a prepared query where the table prepares them (VNNI), and again without it (fp32) */
+    const cpu_prep_fn prep_fn = cpu_query_prep(V, enc);
+    const int prepared = prep_fn != NULL;
     void *prep = prepared ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
-    if (prepared) V->q4_prep(q, ldq, nq, d, g, prep);
+    if (prepared) prep_fn(q, ldq, nq, d, g, prep);
     S->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, NULL, nq, s0, lds);
     V->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, prep, nq, s1, lds);
     /* x86 q4 without the group sums falls back to the row kernels (the contract asks for them; defensive) */
@@ -116,7 +117,8 @@ static void check_rows(const cpu_kernels *S, const cpu_kernels *V, const char *l
         expect(worst2 <= 1e-5, what);
     }
     if (prepared) {
-        snprintf(what, sizeof what, "%s score_rows q4 without q4_prep g %d n %d nq %d d %d: rel err %.3g", lvl, g, n, nq, d, worst3);
+        snprintf(what, sizeof what, "%s score_rows enc %d unprepared g %d n %d nq %d d %d: rel err %.3g", lvl, enc, g, n, nq, d,
+                 worst3);
         expect(worst3 <= 1e-5, what);
     }
     free(s2), free(s3), free(prep);
@@ -166,8 +168,8 @@ static void check_two_runs(const cpu_kernels *T, const char *lvl, int32_t enc, i
     if (enc >= CPU_ENC_Q8)
         for (int32_t i = 0; i < nq; i++)
             for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
-    void *prep = enc == CPU_ENC_Q4 && T->q4_prep ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
-    if (prep) T->q4_prep(q, ldq, nq, d, g, prep);
+    void *prep = cpu_query_prep(T, enc) ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
+    if (prep) cpu_query_prep(T, enc)(q, ldq, nq, d, g, prep);
     cpu_rows r = b.r;
     const size_t sb_stride = b.r.sb_stride, rest = (size_t)(n - n1);
     uint8_t *codes2 = malloc(rest * r.row_stride);
@@ -310,14 +312,15 @@ static void check_chan(const cpu_kernels *S, const cpu_kernels *V, const char *l
     free(codes), free(sc), free(bi), free(q), free(s0), free(s1), free(p), free(o0), free(o1);
 }
 
-/* q4_prep's edges: a query with a 1000x element and a zero group (the error stays within the pieces' bound, which
- * is per group of the query: Q_j/2 per element), one with a NaN (scores NaN, as the fp32 kernels give), and one
- * too small to scale (left to the fp32 kernels: fp32 rounding only). */
-static void check_q4_prep(const cpu_kernels *S, const cpu_kernels *V, const char *lvl, int32_t g) {
-    if (!V->q4_prep) return;
+/* q4_prep's and q8_prep's edges: a query with a 1000x element and a zero group (the error stays within the
+ * pieces' bound, which is per group of the query: Q_j/2 per element), one with a NaN (scores NaN, as the fp32
+ * kernels give), and one too small to scale (left to the fp32 kernels: fp32 rounding only). */
+static void check_prep(const cpu_kernels *S, const cpu_kernels *V, const char *lvl, int32_t enc, int32_t g) {
+    const cpu_prep_fn prep_fn = cpu_query_prep(V, enc);
+    if (!prep_fn) return;
     char what[256];
     enum { NQ = 4, D = 128, T = 33 };
-    rows_buf b = make_rows(CPU_ENC_Q4, T, D, g, 1);
+    rows_buf b = make_rows(enc, T, D, g, 1);
     const int32_t ng = D / g;
     float q[NQ * D], qsum[NQ * D / 32], s0[NQ * T], s1[NQ * T], k[D];
     void *prep = aligned_alloc(64, (size_t)NQ * CPU_Q4_PREP_STRIDE(D));
@@ -333,9 +336,9 @@ static void check_q4_prep(const cpu_kernels *S, const cpu_kernels *V, const char
         }
     for (int32_t call = 0; call < 3; call++) { /* queries {0, 1}, {2}, {3} */
         const int32_t i0 = call == 0 ? 0 : call + 1, nq = call == 0 ? 2 : 1;
-        V->q4_prep(q + i0 * D, D, nq, D, g, prep);
-        S->score_rows[CPU_ENC_Q4](&b.r, D, q + i0 * D, D, qsum + i0 * ng, NULL, nq, s0, T);
-        V->score_rows[CPU_ENC_Q4](&b.r, D, q + i0 * D, D, qsum + i0 * ng, prep, nq, s1, T);
+        prep_fn(q + i0 * D, D, nq, D, g, prep);
+        S->score_rows[enc](&b.r, D, q + i0 * D, D, qsum + i0 * ng, NULL, nq, s0, T);
+        V->score_rows[enc](&b.r, D, q + i0 * D, D, qsum + i0 * ng, prep, nq, s1, T);
         double worst = 0;
         int nan_ok = 1;
         for (int32_t i = 0; i < nq; i++)
@@ -348,8 +351,9 @@ static void check_q4_prep(const cpu_kernels *S, const cpu_kernels *V, const char
                 for (int32_t c = 0; call == 0 && c < D; c++) {
                     float qmax = 0.0f;
                     for (int32_t x = c / g * g; x < (c / g + 1) * g; x++) qmax = fmaxf(qmax, fabsf(q[(i0 + i) * D + x]));
-                    const uint8_t byte = b.r.codes[t * b.r.row_stride + c / 2];
-                    bound += qmax * 0x1p-21 * ((c & 1 ? byte >> 4 : byte & 15) * gokv_half_to_float(b.r.scale[t * ng + c / g]));
+                    const uint8_t byte = b.r.codes[t * b.r.row_stride + (enc == CPU_ENC_Q8 ? c : c / 2)];
+                    const int code = enc == CPU_ENC_Q8 ? byte : c & 1 ? byte >> 4 : byte & 15;
+                    bound += qmax * 0x1p-21 * (code * gokv_half_to_float(b.r.scale[t * ng + c / g]));
                 }
                 if (call == 1) nan_ok &= isnan(s1[i * T + t]) && isnan(s0[i * T + t]);
                 else {
@@ -357,7 +361,7 @@ static void check_q4_prep(const cpu_kernels *S, const cpu_kernels *V, const char
                     worst = err / bound > worst ? err / bound : worst;
                 }
             }
-        snprintf(what, sizeof what, "%s q4_prep g %d call %d: error %.3g of its bound, NaNs %s", lvl, g, call, worst,
+        snprintf(what, sizeof what, "%s prep enc %d g %d call %d: error %.3g of its bound, NaNs %s", lvl, enc, g, call, worst,
                  nan_ok ? "as expected" : "wrong");
         expect(worst <= 1.0 && nan_ok, what);
         if (getenv("CHECK_VERBOSE")) printf("%s\n", what);
@@ -560,7 +564,7 @@ int main(void) {
                     check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 576, 512);
                     check_chan(S, V, lvl, bits, gs[gi], nqs[qi], 64, 36);
                 }
-        for (int32_t gi = 0; gi < 3; gi++) check_q4_prep(S, V, lvl, gs[gi]);
+        for (int32_t gi = 0; gi < 3; gi++) check_prep(S, V, lvl, CPU_ENC_Q4, gs[gi]), check_prep(S, V, lvl, CPU_ENC_Q8, gs[gi]);
         const int32_t tiled_ns[] = {1, 7, 16, 33, 100, 128}, lanes[] = {0, 3, 8, 15};
         for (int32_t gi = 0; gi < 3; gi++)
             for (int32_t di = 0; di < 3; di++)

@@ -16,7 +16,8 @@
  * horizontally together by a transpose tree (15 adds for 16 tokens, not 16 full reductions). The tables
  * of 4 tokens are built before their slabs are walked. 4-bit keys are scored with 16 tokens in lanes
  * instead (avx512_score_q4_lanes: rows transposed as dwords, no tables, no horizontal sums), and where the
- * CPU has VNNI by vpdpbusd against the query cut into int8 pieces once per call (avx512_score_q4_vnni).
+ * CPU has VNNI by vpdpbusd against the query cut into int8 pieces once per call (avx512_score_q4_vnni);
+ * with VNNI, 8-bit keys go through the same kernel (rows transposed as dwords: 4 byte codes a lane).
  * Values: slab-outer, token-inner, so the decoded slab of a token is shared by all the queries and the
  * accumulators (2 per query) stay in registers across the block. Quantized values fold the scale into the
  * weights instead (Σ_t p_t (s_t code_t + b_t) = Σ_t (p_t s_t) code_t + Σ_t p_t b_t, once per group and

@@ -253,11 +253,14 @@ AVX512_INLINE void avx512_sb_columns(const cpu_rows *r, int32_t ng, float *sc, f
 /* q4 keys by the row kernel (avx512_scores.c), for the lanes kernel's callers without group sums. */
 AVX512_FN void avx512_score_rows_q4_slabs(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
                                           size_t lds);
+/* q8 keys by the row kernel (avx512_scores.c), for the VNNI kernel's calls it cannot take. */
+AVX512_FN void avx512_score_rows_q8_fma(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
+                                        size_t lds);
 
 /* Each file's entries of the table (cpu_kernels_fill_avx512, avx512.c, calls them in this order). */
 void avx512_fill_scores(cpu_kernels *k); /* avx512_scores.c: score_rows of f32, f16, q8, q2 */
 void avx512_fill_values(cpu_kernels *k); /* avx512_values.c: accum_rows */
-void avx512_fill_q4(cpu_kernels *k);     /* avx512_q4.c: score_rows of q4 (+ q4_prep with VNNI) */
+void avx512_fill_q4(cpu_kernels *k);     /* avx512_q4.c: score_rows of q4 (+ q4_prep, and q8's with VNNI) */
 void avx512_fill_kivi(cpu_kernels *k);   /* avx512_kivi.c: score_chan, accum_chan */
 
 #endif

@@ -189,7 +189,10 @@ AVX512_FN static void avx512_score_rows_q4(const cpu_rows *r, int32_t d, const f
  * dword 6c + 2p holds its int8s of the even dims 8c, +2, +4, +6 and dword 6c + 2p + 1 those of the odd ones.
  * A column's pieces are then one base and constant offsets in the kernel. Each group has its own
  * Q_j = max_j|q| / 2^20, so a large element costs precision in its group only. */
-AVX512_VNNI_FN static void avx512_q4_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep) {
+/* q8_prep's layout (avx512_q8_prep) differs from it in the columns only: a q8 dword column c holds dims
+ * 4c..4c+3 as bytes, so dword 3c + p holds piece p's int8s of those dims in order. */
+AVX512_VNNI_INLINE void avx512_prep_pieces(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep,
+                                           const int Q8) {
     static const uint8_t evens_odds[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
     const __m128i eo = _mm_loadu_si128((const __m128i *)evens_odds);
     const __m512i k64 = _mm512_set1_epi32(64), k127 = _mm512_set1_epi32(127);
@@ -223,12 +226,23 @@ AVX512_VNNI_FN static void avx512_q4_prep(const float *q, size_t ldq, int32_t nq
             const __m512i a = _mm512_srai_epi32(_mm512_sub_epi32(n1, b), 7);
             const __m512i piece[3] = {a, b, c};
             for (int p = 0; p < 3; p++) {
-                uint8_t bytes[16]; /* dims x.. x+15 as evens, odds of column x/8, then of column x/8 + 1 */
-                _mm_storeu_si128((__m128i *)bytes, _mm_shuffle_epi8(_mm512_cvtepi32_epi8(piece[p]), eo));
-                for (int h = 0; h < 2; h++) memcpy(out + 128 + ((size_t)(x / 8 + h) * 6 + (size_t)p * 2) * 4, bytes + 8 * h, 8);
+                uint8_t bytes[16]; /* q4: dims x.. x+15 as evens, odds of column x/8, then of column x/8 + 1 */
+                const __m128i b8 = _mm512_cvtepi32_epi8(piece[p]);
+                _mm_storeu_si128((__m128i *)bytes, Q8 ? b8 : _mm_shuffle_epi8(b8, eo));
+                if (Q8)
+                    for (int h = 0; h < 4; h++) memcpy(out + 128 + ((size_t)(x / 4 + h) * 3 + (size_t)p) * 4, bytes + 4 * h, 4);
+                else
+                    for (int h = 0; h < 2; h++) memcpy(out + 128 + ((size_t)(x / 8 + h) * 6 + (size_t)p * 2) * 4, bytes + 8 * h, 8);
             }
         }
     }
+}
+
+AVX512_VNNI_FN static void avx512_q4_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep) {
+    avx512_prep_pieces(q, ldq, nq, d, group, prep, 0);
+}
+AVX512_VNNI_FN static void avx512_q8_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep) {
+    avx512_prep_pieces(q, ldq, nq, d, group, prep, 1);
 }
 
 /* QB queries (prep: theirs, at stride apart) over TB blocks of 16 tokens from t0, whose dword columns are
@@ -239,7 +253,7 @@ AVX512_VNNI_FN static void avx512_q4_prep(const float *q, size_t ldq, int32_t nq
 AVX512_VNNI_INLINE void avx512_vnni_tile(const int32_t *const *cols, int32_t ncol, const uint8_t *prep,
                                           size_t stride, const float *qsum, const int QB, const int TB, const int CPG,
                                           const float *sc, const float *bc, int32_t ng, int32_t t0, const int32_t *tn,
-                                          float *s, size_t lds) {
+                                          float *s, size_t lds, const int Q8) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[2][2];
     #pragma GCC unroll 2
@@ -265,19 +279,23 @@ AVX512_VNNI_INLINE void avx512_vnni_tile(const int32_t *const *cols, int32_t nco
             #pragma GCC unroll 2
             for (int b = 0; b < TB; b++) {
                 __m512i xw = _mm512_load_si512(cols[b] + 16 * (k0 + k));
+                if (Q8) { /* a byte column already: 4 dims of 16 tokens */
+                    lo[b] = hi[b] = xw;
+                    continue;
+                }
                 __asm__("" : "+v"(xw)); /* one load: GCC would fold it into both the and and the shift */
                 lo[b] = _mm512_and_si512(xw, m4), hi[b] = _mm512_and_si512(_mm512_srli_epi32(xw, 4), m4);
             }
             #pragma GCC unroll 2
             for (int i = 0; i < QB; i++) {
-                const int32_t *qp = (const int32_t *)(prep + (size_t)i * stride + 128) + (size_t)(k0 + k) * 6;
+                const int32_t *qp = (const int32_t *)(prep + (size_t)i * stride + 128) + (size_t)(k0 + k) * (Q8 ? 3 : 6);
                 #pragma GCC unroll 3
                 for (int p = 0; p < 3; p++) {
-                    const __m512i wl = _mm512_set1_epi32(qp[2 * p]), wh = _mm512_set1_epi32(qp[2 * p + 1]);
+                    const __m512i wl = _mm512_set1_epi32(qp[Q8 ? p : 2 * p]);
                     #pragma GCC unroll 2
                     for (int b = 0; b < TB; b++) {
                         A[b][i][p] = _mm512_dpbusd_epi32(A[b][i][p], lo[b], wl);
-                        A[b][i][p] = _mm512_dpbusd_epi32(A[b][i][p], hi[b], wh);
+                        if (!Q8) A[b][i][p] = _mm512_dpbusd_epi32(A[b][i][p], hi[b], _mm512_set1_epi32(qp[2 * p + 1]));
                     }
                 }
             }
@@ -287,9 +305,16 @@ AVX512_VNNI_INLINE void avx512_vnni_tile(const int32_t *const *cols, int32_t nco
             const __m512 scol = _mm512_load_ps(sc + (size_t)j * CPU_BLOCK + t0 + 16 * b);
             #pragma GCC unroll 2
             for (int i = 0; i < QB; i++) {
-                const __m512i ab = _mm512_add_epi32(_mm512_slli_epi32(A[b][i][0], 14), _mm512_slli_epi32(A[b][i][1], 7));
                 const __m512 sq = _mm512_mul_ps(scol, _mm512_set1_ps(((const float *)(prep + (size_t)i * stride))[j]));
-                acc[b][i] = _mm512_fmadd_ps(sq, _mm512_cvtepi32_ps(_mm512_add_epi32(ab, A[b][i][2])), acc[b][i]);
+                __m512 sum;
+                if (Q8) { /* |A| <= 128·255·64 < 2^24: exact as floats, but A << 14 would overflow int32 */
+                    sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[b][i][0]), _mm512_set1_ps(16384.0f), _mm512_cvtepi32_ps(A[b][i][2]));
+                    sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[b][i][1]), _mm512_set1_ps(128.0f), sum);
+                } else {
+                    const __m512i ab = _mm512_add_epi32(_mm512_slli_epi32(A[b][i][0], 14), _mm512_slli_epi32(A[b][i][1], 7));
+                    sum = _mm512_cvtepi32_ps(_mm512_add_epi32(ab, A[b][i][2]));
+                }
+                acc[b][i] = _mm512_fmadd_ps(sq, sum, acc[b][i]);
             }
         }
     }
@@ -303,11 +328,11 @@ AVX512_VNNI_INLINE void avx512_vnni_tile(const int32_t *const *cols, int32_t nco
  * once for all the queries, which then go two at a time. */
 AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const void *prep_, const float *qsum,
                                              int32_t nq, const int CPG, const float *sc, const float *bc, int32_t ng,
-                                             float *s, size_t lds) {
-    const int32_t rb = d / 2, ncol = rb / 4, n = r->n;
+                                             float *s, size_t lds, const int Q8) {
+    const int32_t rb = Q8 ? d : d / 2, ncol = rb / 4, n = r->n;
     const size_t stride = CPU_Q4_PREP_STRIDE(d);
     const uint8_t *prep = prep_;
-    int32_t cols_buf[2][AVX512_MAX_D / 8][16] __attribute__((aligned(64)));
+    int32_t cols_buf[2][AVX512_MAX_D / 4][16] __attribute__((aligned(64)));
     cpu_prefetch_walk pw;
     cpu_prefetch_start(&pw, r->pf, (n + 15) / 16);
     for (int32_t t0 = 0; t0 < n; t0 += 32) {
@@ -324,10 +349,10 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
             const uint8_t *pi = prep + (size_t)i0 * stride;
             const float *qi = qsum + (size_t)i0 * ng;
             float *si = s + (size_t)i0 * lds;
-            if (nq - i0 >= 2 && TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 2, CPG, sc, bc, ng, t0, tn, si, lds);
-            else if (nq - i0 >= 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 1, CPG, sc, bc, ng, t0, tn, si, lds);
-            else if (TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 2, CPG, sc, bc, ng, t0, tn, si, lds);
-            else avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 1, CPG, sc, bc, ng, t0, tn, si, lds);
+            if (nq - i0 >= 2 && TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 2, CPG, sc, bc, ng, t0, tn, si, lds, Q8);
+            else if (nq - i0 >= 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 1, CPG, sc, bc, ng, t0, tn, si, lds, Q8);
+            else if (TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 2, CPG, sc, bc, ng, t0, tn, si, lds, Q8);
+            else avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 1, CPG, sc, bc, ng, t0, tn, si, lds, Q8);
         }
     }
 }
@@ -344,9 +369,30 @@ AVX512_VNNI_FN static void avx512_score_rows_q4_vnni(const cpu_rows *r, int32_t 
     float bc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     avx512_sb_columns(r, ng, sc, bc);
     switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
-    case 32: avx512_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds); break;
-    case 64: avx512_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds); break;
-    default: avx512_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds); break;
+    case 32: avx512_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds, 0); break;
+    case 64: avx512_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds, 0); break;
+    default: avx512_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds, 0); break;
+    }
+}
+
+/* q8 keys through the same kernel: a dword column of plain rows (transposed as q4's are) is 4 dims of 16
+ * tokens as bytes, the unsigned operand as it is, against q8_prep's pieces. Against the fp32 kernel, which
+ * spends two converts and an FMA per 16 codes before the queries' FMAs, this is 4 products per lane and no
+ * decode; the transpose costs a shuffle per 4 dims of 16 tokens. */
+AVX512_VNNI_FN static void avx512_score_rows_q8_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
+                                                     const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
+    const int32_t g = r->group, ng = d / g;
+    if (!(qsum && r->tile < 0 && (g == 32 || g == 64 || g == 128) && cpu_q4_prepared(prep, nq, d))) {
+        avx512_score_rows_q8_fma(r, d, q, ldq, nq, s, lds);
+        return;
+    }
+    float sc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    float bc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
+    avx512_sb_columns(r, ng, sc, bc);
+    switch (g) {
+    case 32: avx512_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds, 1); break;
+    case 64: avx512_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds, 1); break;
+    default: avx512_score_q4_vnni(r, d, prep, qsum, nq, 32, sc, bc, ng, s, lds, 1); break;
     }
 }
 
@@ -356,6 +402,8 @@ void avx512_fill_q4(cpu_kernels *k) {
         k->score_rows[CPU_ENC_Q4] = avx512_score_rows_q4_vnni;
         k->q4_prep = avx512_q4_prep;
         k->values_take_hint[CPU_ENC_Q4] = 1; /* paced by load slots: attend.c, prefetch_now */
+        k->score_rows[CPU_ENC_Q8] = avx512_score_rows_q8_vnni;
+        k->q8_prep = avx512_q8_prep;
     }
 }
 #endif

@@ -131,6 +131,11 @@ CPU_SCORE_ENTRY(avx512, AVX512_FN, f16, CPU_ENC_F16)
 CPU_SCORE_ENTRY(avx512, AVX512_FN, q8, CPU_ENC_Q8)
 CPU_SCORE_ENTRY(avx512, AVX512_FN, q2, CPU_ENC_Q2)
 
+AVX512_FN void avx512_score_rows_q8_fma(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
+                                        size_t lds) {
+    avx512_score_rows_impl(r, d, q, ldq, nq, s, lds, CPU_ENC_Q8);
+}
+
 AVX512_FN void avx512_score_rows_q4_slabs(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
                                           size_t lds) {
     avx512_score_rows_impl(r, d, q, ldq, nq, s, lds, CPU_ENC_Q4);

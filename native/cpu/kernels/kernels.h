@@ -174,14 +174,16 @@ static inline int cpu_q4_prepared(const void *prep, int32_t nq, int32_t d) {
 }
 
 typedef struct cpu_kernels {
-    /* s[i][t] = q_i · k̂_t for the n rows of r (d dims). qsum may be NULL for f32/f16. prep: q4_prep's output
-     * for these nq queries (q4 only), or NULL; a kernel that reads it computes the same scores without it. */
+    /* s[i][t] = q_i · k̂_t for the n rows of r (d dims). qsum may be NULL for f32/f16. prep: the output of
+     * cpu_query_prep(table, enc) for these nq queries (q4, q8), or NULL; a kernel that reads it computes the same scores without it. */
     void (*score_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
                                       const void *prep, int32_t nq, float *s, size_t lds);
     /* Optional (NULL: this table has none): prepares nq queries once per call for score_rows[CPU_ENC_Q4],
      * CPU_Q4_PREP_STRIDE(d) bytes each at prep + i * stride (AVX-512 VNNI and AVX-VNNI: each query as int8
      * pieces, avx512_q4_prep's layout). */
     void (*q4_prep)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
+    /* The same for score_rows[CPU_ENC_Q8] (AVX-512 VNNI: avx512_q8_prep's layout), or NULL. */
+    void (*q8_prep)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
     /* o[i][0..dv) += Σ_t p[i][t] · v̂_t[0..dv) for the n rows of r. */
     void (*accum_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq,
                                       float *o, size_t ldo);
@@ -214,6 +216,13 @@ typedef struct cpu_kernels {
  * holds one of the core's few L1 miss buffers until it arrives, so a block-head's hint of ~300 lines stalled the
  * kernel's own loads behind them; into L2 the walk from DRAM ran 1.13x faster for f16 at 128K, 1.05x for q4
  * (bench_decode, 2 threads, the 2-core Xeon), and the lines reach L1 early enough from there. */
+typedef void (*cpu_prep_fn)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
+
+/* The query preparation table k's score_rows[enc] reads (q4_prep, q8_prep), or NULL. */
+static inline cpu_prep_fn cpu_query_prep(const cpu_kernels *k, int32_t enc) {
+    return enc == CPU_ENC_Q4 ? k->q4_prep : enc == CPU_ENC_Q8 ? k->q8_prep : NULL;
+}
+
 static inline void cpu_prefetch_line(const void *p) {
 #if defined(__x86_64__)
     __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)p)); /* asm: GCC deletes loops of bare builtins */
