@@ -151,11 +151,14 @@ AVX2_INLINE float avx2_reduce(__m256 v) {
 /* q4 keys by the row kernel (avx2_scores.c), where the lanes kernel of avx2_q4.c cannot run. */
 AVX2_FN void avx2_score_rows_q4_slabs(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
                                       size_t lds);
+/* q8 keys by the row kernel (avx2_scores.c), for the AVX-VNNI kernel's calls it cannot take. */
+AVX2_FN void avx2_score_rows_q8_fma(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
+                                    size_t lds);
 
 /* Each file's entries of the table (cpu_kernels_fill_avx2, avx2.c, calls them in this order). */
 void avx2_fill_scores(cpu_kernels *k); /* avx2_scores.c: score_rows of f32, f16, q8, q2 */
 void avx2_fill_values(cpu_kernels *k); /* avx2_values.c: accum_rows */
-void avx2_fill_q4(cpu_kernels *k);     /* avx2_q4.c: score_rows of q4 (+ q4_prep with AVX-VNNI) */
+void avx2_fill_q4(cpu_kernels *k);     /* avx2_q4.c: score_rows of q4 (+ q4_prep, and q8's, with AVX-VNNI) */
 void avx2_fill_kivi(cpu_kernels *k);   /* avx2_kivi.c: score_chan, accum_chan */
 
 #endif

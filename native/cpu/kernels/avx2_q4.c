@@ -162,8 +162,9 @@ AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float
 #define AVX2_VNNI_FN __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define AVX2_VNNI_INLINE static inline __attribute__((always_inline)) AVX2_VNNI_FN
 
-/* q4_prep: avx512_q4_prep's pieces and layout in plain C (once per call and query, off the hot path). */
-static void avx2_q4_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep) {
+/* q4_prep and q8_prep: avx512_q4_prep's and avx512_q8_prep's pieces and layouts in plain C (once per call and
+ * query, off the hot path). */
+static void avx2_prep_pieces(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep, int q8) {
     for (int32_t i = 0; i < nq; i++) {
         const float *qi = q + (size_t)i * ldq;
         uint8_t *out = (uint8_t *)prep + (size_t)i * CPU_Q4_PREP_STRIDE(d);
@@ -188,19 +189,27 @@ static void avx2_q4_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int3
             const int32_t c = ((n + 64) & 127) - 64, n1 = (n - c) >> 7;
             const int32_t b = ((n1 + 64) & 127) - 64, a = (n1 - b) >> 7;
             const int32_t piece[3] = {a, b, c};
-            for (int p = 0; p < 3; p++) /* dword 6·col + 2p: the even dims' int8s, + 1: the odd ones' */
-                out[128 + ((size_t)(x / 8) * 6 + (size_t)p * 2 + (size_t)(x & 1)) * 4 + (size_t)(x % 8) / 2] =
-                    (uint8_t)piece[p];
+            for (int p = 0; p < 3; p++) /* q4: dword 6·col + 2p: the even dims' int8s, + 1: the odd ones'; q8: 3·col + p */
+                if (q8) out[128 + ((size_t)(x / 4) * 3 + (size_t)p) * 4 + (size_t)(x % 4)] = (uint8_t)piece[p];
+                else out[128 + ((size_t)(x / 8) * 6 + (size_t)p * 2 + (size_t)(x & 1)) * 4 + (size_t)(x % 8) / 2] = (uint8_t)piece[p];
         }
     }
 }
 
+static void avx2_q4_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep) {
+    avx2_prep_pieces(q, ldq, nq, d, group, prep, 0);
+}
+static void avx2_q8_prep(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep) {
+    avx2_prep_pieces(q, ldq, nq, d, group, prep, 1);
+}
+
 /* One query (pieces qp, group scales Q, group sums qs) over TB blocks of 8 tokens from t0: lo/hi[b][col]
- * are the blocks' nibble columns, sc/bc the scale and bias columns (sc[j * CPU_BLOCK + t]). */
-AVX2_VNNI_INLINE void avx2_vnni_query(int32_t (*lo)[AVX2_MAX_D / 8][8], int32_t (*hi)[AVX2_MAX_D / 8][8], int32_t ncol,
+ * are the blocks' nibble columns (Q8: lo their byte columns, hi unused), sc/bc the scale and bias columns
+ * (sc[j * CPU_BLOCK + t]). */
+AVX2_VNNI_INLINE void avx2_vnni_query(int32_t (*lo)[AVX2_MAX_D / 4][8], int32_t (*hi)[AVX2_MAX_D / 8][8], int32_t ncol,
                                       const int32_t *qp, const float *Q, const float *qs, const int TB, const int CPG,
                                       const float *sc, const float *bc, int32_t ng, int32_t t0, const int32_t *tn,
-                                      float *s) {
+                                      float *s, const int Q8) {
     __m256 acc[2];
 #pragma GCC unroll 2
     for (int b = 0; b < TB; b++) {
@@ -215,23 +224,32 @@ AVX2_VNNI_INLINE void avx2_vnni_query(int32_t (*lo)[AVX2_MAX_D / 8][8], int32_t 
         for (int b = 0; b < TB; b++) A[b][0] = A[b][1] = A[b][2] = _mm256_setzero_si256();
 #pragma GCC unroll 16
         for (int k = 0; k < CPG; k++) {
-            const int32_t *w = qp + (size_t)(k0 + k) * 6;
+            const int32_t *w = qp + (size_t)(k0 + k) * (Q8 ? 3 : 6);
 #pragma GCC unroll 3
             for (int p = 0; p < 3; p++) {
-                const __m256i wl = _mm256_set1_epi32(w[2 * p]), wh = _mm256_set1_epi32(w[2 * p + 1]);
+                const __m256i wl = _mm256_set1_epi32(w[Q8 ? p : 2 * p]);
 #pragma GCC unroll 2
                 for (int b = 0; b < TB; b++) {
                     A[b][p] = _mm256_dpbusd_avx_epi32(A[b][p], _mm256_load_si256((const __m256i *)lo[b][k0 + k]), wl);
-                    A[b][p] = _mm256_dpbusd_avx_epi32(A[b][p], _mm256_load_si256((const __m256i *)hi[b][k0 + k]), wh);
+                    if (!Q8)
+                        A[b][p] = _mm256_dpbusd_avx_epi32(A[b][p], _mm256_load_si256((const __m256i *)hi[b][k0 + k]),
+                                                          _mm256_set1_epi32(w[2 * p + 1]));
                 }
             }
         }
 #pragma GCC unroll 2
         for (int b = 0; b < TB; b++) {
-            const __m256i ab = _mm256_add_epi32(_mm256_slli_epi32(A[b][0], 14), _mm256_slli_epi32(A[b][1], 7));
             const __m256 sq =
                 _mm256_mul_ps(_mm256_load_ps(sc + (size_t)j * CPU_BLOCK + t0 + 8 * b), _mm256_set1_ps(Q[j]));
-            acc[b] = _mm256_fmadd_ps(sq, _mm256_cvtepi32_ps(_mm256_add_epi32(ab, A[b][2])), acc[b]);
+            __m256 sum;
+            if (Q8) { /* |A| <= 128·255·64 < 2^24: exact as floats, but A << 14 would overflow int32 */
+                sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A[b][0]), _mm256_set1_ps(16384.0f), _mm256_cvtepi32_ps(A[b][2]));
+                sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A[b][1]), _mm256_set1_ps(128.0f), sum);
+            } else {
+                const __m256i ab = _mm256_add_epi32(_mm256_slli_epi32(A[b][0], 14), _mm256_slli_epi32(A[b][1], 7));
+                sum = _mm256_cvtepi32_ps(_mm256_add_epi32(ab, A[b][2]));
+            }
+            acc[b] = _mm256_fmadd_ps(sq, sum, acc[b]);
         }
     }
 #pragma GCC unroll 2
@@ -249,11 +267,11 @@ AVX2_VNNI_INLINE void avx2_vnni_query(int32_t (*lo)[AVX2_MAX_D / 8][8], int32_t 
 /* nq prepared queries, CPG dword columns per group, rows of rb bytes (a multiple of 32: d % 64 == 0). */
 AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const void *prep, const float *qsum, int32_t nq,
                                          const int CPG, const float *sc, const float *bc, int32_t ng, float *s,
-                                         size_t lds) {
-    const int32_t rb = d / 2, ncol = rb / 4, n = r->n;
+                                         size_t lds, const int Q8) {
+    const int32_t rb = Q8 ? d : d / 2, ncol = rb / 4, n = r->n;
     const size_t stride = CPU_Q4_PREP_STRIDE(d);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    int32_t lo[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
+    int32_t lo[2][AVX2_MAX_D / 4][8] __attribute__((aligned(32)));
     int32_t hi[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
     uint8_t rows_buf[8 * CPU_TILE_ROW_MAX];
     cpu_prefetch_walk pw;
@@ -279,6 +297,10 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
                     avx2_transpose_dwords(x);
                 }
                 for (int c = 0; c < 8; c++) {
+                    if (Q8) { /* byte columns as they are */
+                        _mm256_store_si256((__m256i *)lo[b][c0 / 4 + c], x[c]);
+                        continue;
+                    }
                     _mm256_store_si256((__m256i *)lo[b][c0 / 4 + c], _mm256_and_si256(x[c], m4));
                     _mm256_store_si256((__m256i *)hi[b][c0 / 4 + c], _mm256_and_si256(_mm256_srli_epi32(x[c], 4), m4));
                 }
@@ -288,26 +310,18 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
             const uint8_t *pi = (const uint8_t *)prep + (size_t)i * stride;
             const int32_t *qp = (const int32_t *)(pi + 128);
             const float *Q = (const float *)pi, *qs = qsum + (size_t)i * ng;
-            if (TB == 2) avx2_vnni_query(lo, hi, ncol, qp, Q, qs, 2, CPG, sc, bc, ng, t0, tn, s + (size_t)i * lds);
-            else avx2_vnni_query(lo, hi, ncol, qp, Q, qs, 1, CPG, sc, bc, ng, t0, tn, s + (size_t)i * lds);
+            if (TB == 2) avx2_vnni_query(lo, hi, ncol, qp, Q, qs, 2, CPG, sc, bc, ng, t0, tn, s + (size_t)i * lds, Q8);
+            else avx2_vnni_query(lo, hi, ncol, qp, Q, qs, 1, CPG, sc, bc, ng, t0, tn, s + (size_t)i * lds, Q8);
         }
     }
 }
 
-AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
-                                                 const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
-    const int32_t g = r->group, ng = d / g;
-    const int ready = qsum && d % 64 == 0 && (g == 32 || g == 64 || g == 128) && (ng == 1 || ng == 2 || ng == 4) &&
-                      cpu_q4_prepared(prep, nq, d);
-    if (!ready) { /* not prepared (or a query q4_prep left to fp32), or a shape without the columns: fp32 */
-        avx2_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
-        return;
-    }
+/* The scale and bias columns of r's ng groups (sc[j * CPU_BLOCK + t]), lanes past n zero. */
+AVX2_VNNI_INLINE void avx2_vnni_columns(const cpu_rows *r, int32_t ng, float *sc, float *bc) {
     float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
     float bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
-    float sc[CPU_BLOCK * 4] __attribute__((aligned(32))), bc[CPU_BLOCK * 4] __attribute__((aligned(32)));
     avx2_row_sb(r, ng, sf, bf);
-    for (int32_t t0 = 0; t0 < r->n; t0 += 8) { /* token-major to columns, lanes past n zero */
+    for (int32_t t0 = 0; t0 < r->n; t0 += 8) { /* token-major to columns */
         __m256 scol[4], bcol[4];
         const int32_t tn = r->n - t0 < 8 ? r->n - t0 : 8;
         avx2_group_columns(sf, ng, t0, tn, scol);
@@ -317,10 +331,46 @@ AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, c
             _mm256_store_ps(bc + (size_t)j * CPU_BLOCK + t0, bcol[j]);
         }
     }
+}
+
+/* Whether the VNNI kernel takes these rows: prepared queries, their group sums, and a shape with columns. */
+static inline int avx2_vnni_ready(const cpu_rows *r, int32_t d, const float *qsum, const void *prep, int32_t nq) {
+    const int32_t g = r->group, ng = d / g;
+    return qsum && d % 64 == 0 && (g == 32 || g == 64 || g == 128) && (ng == 1 || ng == 2 || ng == 4) &&
+           cpu_q4_prepared(prep, nq, d);
+}
+
+AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
+                                                 const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
+    if (!avx2_vnni_ready(r, d, qsum, prep, nq)) { /* not prepared (or a query q4_prep left to fp32), or no columns */
+        avx2_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
+        return;
+    }
+    const int32_t g = r->group, ng = d / g;
+    float sc[CPU_BLOCK * 4] __attribute__((aligned(32))), bc[CPU_BLOCK * 4] __attribute__((aligned(32)));
+    avx2_vnni_columns(r, ng, sc, bc);
     switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
-    case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds); break;
-    case 64: avx2_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds); break;
-    default: avx2_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds); break;
+    case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds, 0); break;
+    case 64: avx2_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds, 0); break;
+    default: avx2_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds, 0); break;
+    }
+}
+
+/* q8 keys through the same kernel (avx512_score_rows_q8_vnni's scheme): a dword column of the transposed rows
+ * is 4 dims of 8 tokens as bytes, the unsigned operand as it is. */
+AVX2_VNNI_FN static void avx2_score_rows_q8_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
+                                                 const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
+    if (r->tile >= 0 || !avx2_vnni_ready(r, d, qsum, prep, nq)) {
+        avx2_score_rows_q8_fma(r, d, q, ldq, nq, s, lds);
+        return;
+    }
+    const int32_t g = r->group, ng = d / g;
+    float sc[CPU_BLOCK * 4] __attribute__((aligned(32))), bc[CPU_BLOCK * 4] __attribute__((aligned(32)));
+    avx2_vnni_columns(r, ng, sc, bc);
+    switch (g) {
+    case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds, 1); break;
+    case 64: avx2_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds, 1); break;
+    default: avx2_score_q4_vnni(r, d, prep, qsum, nq, 32, sc, bc, ng, s, lds, 1); break;
     }
 }
 
@@ -332,6 +382,8 @@ void avx2_fill_q4(cpu_kernels *k) {
     if (__builtin_cpu_supports("avxvnni")) {
         k->score_rows[CPU_ENC_Q4] = avx2_score_rows_q4_vnni;
         k->q4_prep = avx2_q4_prep;
+        k->score_rows[CPU_ENC_Q8] = avx2_score_rows_q8_vnni;
+        k->q8_prep = avx2_q8_prep;
     }
 #endif
 }

@@ -86,6 +86,10 @@ AVX2_INLINE void avx2_score_rows_impl(const cpu_rows *r, int32_t d, const float 
 CPU_SCORE_ENTRY(avx2, AVX2_FN, f32, CPU_ENC_F32)
 CPU_SCORE_ENTRY(avx2, AVX2_FN, f16, CPU_ENC_F16)
 CPU_SCORE_ENTRY(avx2, AVX2_FN, q8, CPU_ENC_Q8)
+AVX2_FN void avx2_score_rows_q8_fma(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
+                                    size_t lds) {
+    avx2_score_rows_impl(r, d, q, ldq, nq, s, lds, CPU_ENC_Q8);
+}
 CPU_SCORE_ENTRY(avx2, AVX2_FN, q2, CPU_ENC_Q2)
 
 AVX2_FN void avx2_score_rows_q4_slabs(const cpu_rows *r, int32_t d, const float *q, size_t ldq, int32_t nq, float *s,
