@@ -34,7 +34,23 @@ static int32_t detect_simd(void) {
 }
 
 static _Atomic int32_t g_simd_detected = -1;
-static _Atomic int32_t g_simd_limit = 1 << 20;
+static _Atomic int32_t g_simd_limit = -1; /* -1: not read from the environment yet */
+
+/* GOKV_CPU_SIMD=scalar|avx2|avx512|neon caps the level as gokv_cpu_set_simd_limit does (the figures of a
+ * narrower machine's path on this one); unset or anything else: no cap. */
+static int32_t simd_limit(void) {
+    int32_t lim = atomic_load(&g_simd_limit);
+    if (lim < 0) {
+        const char *e = getenv("GOKV_CPU_SIMD");
+        lim = 1 << 20;
+        if (e && !strcmp(e, "scalar")) lim = GOKV_CPU_SCALAR;
+        else if (e && !strcmp(e, "avx2")) lim = GOKV_CPU_AVX2;
+        else if (e && !strcmp(e, "avx512")) lim = GOKV_CPU_AVX512;
+        int32_t unread = -1;
+        if (!atomic_compare_exchange_strong(&g_simd_limit, &unread, lim)) lim = unread; /* set meanwhile */
+    }
+    return lim;
+}
 
 int32_t gokv_cpu_simd_level(void) {
     int32_t v = atomic_load(&g_simd_detected);
@@ -47,7 +63,7 @@ int32_t gokv_cpu_simd_level(void) {
 
 /* NEON is not above AVX levels: the limit only moves between scalar and the detected level. */
 static int32_t level_in_force(void) {
-    const int32_t hw = gokv_cpu_simd_level(), lim = atomic_load(&g_simd_limit);
+    const int32_t hw = gokv_cpu_simd_level(), lim = simd_limit();
     if (hw == GOKV_CPU_NEON) return lim >= GOKV_CPU_NEON ? GOKV_CPU_NEON : GOKV_CPU_SCALAR;
     return hw < lim ? hw : lim;
 }

@@ -15,7 +15,7 @@ extern "C" {
 
 /* SIMD paths of the CPU kernels, best first. gokv_cpu_simd_level() is what the CPU supports;
  * gokv_cpu_set_simd_limit caps it process-wide (tests use it to compare each path with the scalar one);
- * returns the level now in force. */
+ * returns the level now in force. The environment's GOKV_CPU_SIMD (scalar, avx2, avx512) sets the first cap. */
 enum {
     GOKV_CPU_SCALAR = 0,
     GOKV_CPU_AVX2 = 1,   /* AVX2 + FMA + F16C (+AVX-VNNI where present) */

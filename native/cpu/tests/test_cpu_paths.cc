@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "gokv_cpu.h"
@@ -173,6 +174,21 @@ TEST(Simd, DispatchModes) {
         ASSERT_EQ(gokv_device_info_get(dev.get(), &info), GOKV_OK) << gokv_last_error();
         EXPECT_NE(std::strstr(info.features, "measured: "), nullptr) << info.features;
     }
+}
+
+/* GOKV_CPU_SIMD caps the level before anything else sets it: run with GOKV_CPU_SIMD=scalar by
+ * cpu.simd_environment_cap (CMakeLists.txt); skipped elsewhere. */
+TEST(Simd, EnvironmentCap) {
+    const char *e = std::getenv("GOKV_CPU_SIMD");
+    if (!e || std::strcmp(e, "scalar") != 0) GTEST_SKIP() << "run with GOKV_CPU_SIMD=scalar (ctest cpu.simd_environment_cap)";
+    DevicePtr dev = open_cpu(1);
+    ASSERT_TRUE(dev);
+    gokv_device_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    ASSERT_EQ(gokv_device_info_get(dev.get(), &info), GOKV_OK) << gokv_last_error();
+    EXPECT_EQ(info.subgroup_size, 1) << info.features;
+    EXPECT_EQ(gokv_cpu_set_simd_limit(1 << 20), gokv_cpu_simd_level()); /* the API still lifts it */
 }
 
 } // namespace
