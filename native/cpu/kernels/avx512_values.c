@@ -52,9 +52,9 @@ AVX512_INLINE void avx512_fold_weights(const float *p, size_t ldp, const int NQ,
 AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, const int NQ,
                                      const int enc, const float *sc, const float *bc, float *o, size_t ldo,
                                      const cpu_prefetch *pf) {
-    const int32_t nslab = (dv + 31) / 32, n = r->n, pieces = (n + 31) / 32; /* prefetch slices per slab */
+    const int32_t nslab = (dv + 31) / 32, n = r->n, slices = (n + 7) / 8; /* prefetch slices per slab */
     cpu_prefetch_walk pw;
-    cpu_prefetch_start(&pw, pf, nslab * pieces);
+    cpu_prefetch_start(&pw, pf, nslab * slices);
     const int quant = enc >= CPU_ENC_Q8;
     const int32_t gshift = quant ? __builtin_ctz((unsigned)r->group / 32u) : 0;
     float wbuf[AVX512_MAX_NQ * CPU_BLOCK] __attribute__((aligned(64)));
@@ -72,14 +72,15 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
         for (int u = 0; u < U; u++)
             #pragma GCC unroll 8
             for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm512_set1_ps(u == 0 ? bsum[i] : 0.0f);
-        /* 32 tokens at a time (one run: CPU_RUN_ALIGN), each piece asking for its slice of the prefetch hint */
+        /* 32 tokens at a time (one run: CPU_RUN_ALIGN), every 8 tokens asking for a slice of the prefetch hint:
+         * a slice a piece (20 lines of the next block-head with q4's whole hint) ran out of the core's miss
+         * buffers and stalled the kernel, a quarter of it spreads them (bench_kernels, q4 from DRAM: 1.08-1.10x) */
         for (int32_t t0 = 0, t = 0; t0 < n; t0 += 32) {
-            if (enc == CPU_ENC_Q4) cpu_prefetch_step4(&pw); /* the VNNI q4 path's whole hint: see there */
-            else cpu_prefetch_step(&pw);
             const int32_t t1 = n - t0 < 32 ? n : t0 + 32;
             const uint8_t *piece = cpu_row_codes(r, t0); /* row t at piece + (t - t0) * stride */
             if (NQ <= 4)
-                for (; t + 2 <= t1; t += 2)
+                for (; t + 2 <= t1; t += 2) {
+                    if ((t & 7) == 0) cpu_prefetch_step(&pw);
                     #pragma GCC unroll 8
                     for (int u = 0; u < 2; u++) {
                         __m512 a, b;
@@ -93,7 +94,9 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
                             acc_b[u][i] = _mm512_fmadd_ps(b, wt, acc_b[u][i]);
                         }
                     }
+                }
             for (; t < t1; t++) {
+                if ((t & 7) == 0) cpu_prefetch_step(&pw);
                 __m512 a, b;
                 const uint8_t *row = piece + (size_t)(t - t0) * r->row_stride;
                 if (quant) avx512_slab_codes(row, k, enc, &a, &b);

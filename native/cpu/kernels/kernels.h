@@ -268,24 +268,17 @@ static inline void cpu_prefetch_start(cpu_prefetch_walk *w, const cpu_prefetch *
     w->per = (int32_t)((total + (size_t)parts - 1) / (size_t)parts);
 }
 
-/* The next slice, its line loop unrolled by `by` (1, or 4: cpu_prefetch_step4; a constant in every caller). */
-static inline __attribute__((always_inline)) void cpu_prefetch_take_by(cpu_prefetch_walk *w,
-                                                                       void (*visit)(const void *line, void *arg),
-                                                                       void *arg, const int by) {
+/* Hands the walk's next slice to visit, line by line. */
+static inline __attribute__((always_inline)) void cpu_prefetch_take(cpu_prefetch_walk *w,
+                                                                    void (*visit)(const void *line, void *arg),
+                                                                    void *arg) {
     int32_t left = w->per;
     while (left > 0 && w->region < CPU_PREFETCH_REGIONS) {
         const uint8_t *l = w->line[w->region], *e = w->end[w->region];
-        if (by == 4)
-            for (; left >= 4 && l + 192 < e; l += 256, left -= 4)
-                visit(l, arg), visit(l + 64, arg), visit(l + 128, arg), visit(l + 192, arg);
         for (; left > 0 && l < e; l += 64, left--) visit(l, arg);
         w->line[w->region] = l;
         if (l >= e) w->region++;
     }
-}
-
-static inline void cpu_prefetch_take(cpu_prefetch_walk *w, void (*visit)(const void *line, void *arg), void *arg) {
-    cpu_prefetch_take_by(w, visit, arg, 1);
 }
 
 static inline void cpu_prefetch_line_visit(const void *line, void *arg) {
@@ -295,12 +288,6 @@ static inline void cpu_prefetch_line_visit(const void *line, void *arg) {
 
 /* Asks for the walk's next slice (nothing once every line was asked for, or without a hint). */
 static inline void cpu_prefetch_step(cpu_prefetch_walk *w) { cpu_prefetch_take(w, cpu_prefetch_line_visit, NULL); }
-
-/* cpu_prefetch_step with the line loop unrolled by 4. In the AVX-512 values kernel of q4, which asks for the
- * whole hint of the next block-head (~320 lines, keys and values), the loop's compares and branches were 8%
- * of its samples, and unrolled it is 3-5% faster. f16 and q8, whose hints are larger, got slower with it
- * (back to back, their prefetches stall on the miss buffers), so only that kernel takes it. */
-static inline void cpu_prefetch_step4(cpu_prefetch_walk *w) { cpu_prefetch_take_by(w, cpu_prefetch_line_visit, NULL, 4); }
 
 /* Runs CALL(N) with N the compile-time constant equal to the query count nc (1-4, or 8 for CPU_BY_NQ8): the
  * SIMD kernels are specialized per count so that their accumulators stay in registers. */
