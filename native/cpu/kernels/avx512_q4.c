@@ -253,7 +253,7 @@ AVX512_VNNI_FN static void avx512_q8_prep(const float *q, size_t ldq, int32_t nq
 AVX512_VNNI_INLINE void avx512_vnni_tile(const int32_t *const *cols, int32_t ncol, const uint8_t *prep,
                                           size_t stride, const float *qsum, const int QB, const int TB, const int CPG,
                                           const float *sc, const float *bc, int32_t ng, int32_t t0, const int32_t *tn,
-                                          float *s, size_t lds, const int Q8) {
+                                          float *s, size_t lds, const int Q8, cpu_prefetch_walk *pw) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[2][2];
     #pragma GCC unroll 2
@@ -268,6 +268,7 @@ AVX512_VNNI_INLINE void avx512_vnni_tile(const int32_t *const *cols, int32_t nco
             for (int i = 0; i < QB; i++) acc[b][i] = _mm512_fmadd_ps(bcol, _mm512_set1_ps(qsum[(size_t)i * ng + j]), acc[b][i]);
         }
     for (int32_t k0 = 0, j = 0; k0 < ncol; k0 += CPG, j++) {
+        cpu_prefetch_step(pw); /* a slice a group (see avx512_accum_core) */
         __m512i A[2][2][3];
         #pragma GCC unroll 2
         for (int b = 0; b < TB; b++)
@@ -334,7 +335,7 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
     const uint8_t *prep = prep_;
     int32_t cols_buf[2][AVX512_MAX_D / 4][16] __attribute__((aligned(64)));
     cpu_prefetch_walk pw;
-    cpu_prefetch_start(&pw, r->pf, (n + 15) / 16);
+    cpu_prefetch_start(&pw, r->pf, (n + 31) / 32 * ((nq + 1) / 2) * (ncol / CPG));
     for (int32_t t0 = 0; t0 < n; t0 += 32) {
         int32_t tn[2] = {0, 0};
         const int32_t *cols[2] = {NULL, NULL};
@@ -342,17 +343,16 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
         for (int b = 0; b < TB; b++) {
             const int32_t tb = t0 + 16 * b;
             tn[b] = n - tb < 16 ? n - tb : 16;
-            cpu_prefetch_step(&pw);
             cols[b] = avx512_key_columns(r, tb, tn[b], ncol, cols_buf[b]);
         }
         for (int32_t i0 = 0; i0 < nq; i0 += 2) {
             const uint8_t *pi = prep + (size_t)i0 * stride;
             const float *qi = qsum + (size_t)i0 * ng;
             float *si = s + (size_t)i0 * lds;
-            if (nq - i0 >= 2 && TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 2, CPG, sc, bc, ng, t0, tn, si, lds, Q8);
-            else if (nq - i0 >= 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 1, CPG, sc, bc, ng, t0, tn, si, lds, Q8);
-            else if (TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 2, CPG, sc, bc, ng, t0, tn, si, lds, Q8);
-            else avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 1, CPG, sc, bc, ng, t0, tn, si, lds, Q8);
+            if (nq - i0 >= 2 && TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 2, CPG, sc, bc, ng, t0, tn, si, lds, Q8, &pw);
+            else if (nq - i0 >= 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 2, 1, CPG, sc, bc, ng, t0, tn, si, lds, Q8, &pw);
+            else if (TB == 2) avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 2, CPG, sc, bc, ng, t0, tn, si, lds, Q8, &pw);
+            else avx512_vnni_tile(cols, ncol, pi, stride, qi, 1, 1, CPG, sc, bc, ng, t0, tn, si, lds, Q8, &pw);
         }
     }
 }

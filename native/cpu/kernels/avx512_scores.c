@@ -85,19 +85,25 @@ AVX512_INLINE void avx512_score_core(const cpu_rows *r, int32_t d, const float *
     /* 4 tokens per query load (their sums start in registers), 2 when 8 queries need the registers */
     __m512 raw[AVX512_MAX_NQ][16], part[AVX512_MAX_NQ][4];
     cpu_prefetch_walk pw;
-    cpu_prefetch_start(&pw, pf, (r->n + 15) / 16);
+    cpu_prefetch_start(&pw, pf, (r->n + 3) / 4); /* a slice every 4 tokens (see avx512_accum_core) */
     for (int32_t t0 = 0; t0 < r->n; t0 += 16) {
         const int32_t tn = r->n - t0 < 16 ? r->n - t0 : 16;
-        cpu_prefetch_step(&pw);
         int32_t tt = 0;
         if (NQ <= 4)
-            for (; tt + 4 <= tn; tt += 4)
+            for (; tt + 4 <= tn; tt += 4) {
+                cpu_prefetch_step(&pw);
                 avx512_score_tokens(r, d, qp, NQ, 4, enc, sf, bf, ng, gshift, t0 + tt, tt, raw, part);
+            }
         const int32_t in_part = tt / 4; /* groups of 4 already summed into part */
         if (NQ > 4)
-            for (; tt + 2 <= tn; tt += 2)
+            for (; tt + 2 <= tn; tt += 2) {
+                if ((tt & 3) == 0) cpu_prefetch_step(&pw);
                 avx512_score_tokens(r, d, qp, NQ, 2, enc, sf, bf, ng, gshift, t0 + tt, tt, raw, part);
-        for (; tt < tn; tt++) avx512_score_tokens(r, d, qp, NQ, 1, enc, sf, bf, ng, gshift, t0 + tt, tt, raw, part);
+            }
+        for (; tt < tn; tt++) {
+            if ((tt & 3) == 0) cpu_prefetch_step(&pw);
+            avx512_score_tokens(r, d, qp, NQ, 1, enc, sf, bf, ng, gshift, t0 + tt, tt, raw, part);
+        }
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) {
             for (int32_t z = tn; z < 16; z++) raw[i][z] = _mm512_setzero_ps();
