@@ -416,18 +416,18 @@ static int next_block(const gokv_layout *L, const cpu_pool *pool, const int32_t 
     return 1;
 }
 
-/* KIVI: asks for kv head h's key group at token t at once (its kernels take no hint; its values are asked
- * for when the group is reached); nothing past the range, in the ring (small and recently written) or in a
- * released page. */
-static void kivi_ask_group(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t h, int32_t t,
-                           int32_t hi, int32_t n_quant) {
+/* KIVI: regions 3..5 of pf ask for kv head h's key group at token t; none past the range, in the ring (small
+ * and recently written) or in a released page. */
+static void kivi_group_hint(const gokv_layout *L, const cpu_pool *pool, const int32_t *ids, int32_t h, int32_t t,
+                            int32_t hi, int32_t n_quant, cpu_prefetch *pf) {
+    pf->n[3] = pf->n[4] = pf->n[5] = 0;
     if (t >= hi || t >= n_quant) return;
     const int32_t P = L->page_size, id = ids[t / P];
     if (id < 0) return;
     const cpu_chan ch = cpu_page_chan(L, cpu_page(pool, L, id), h, t % P / L->group);
-    cpu_prefetch_bytes(ch.codes, L->k_row_bytes);
-    cpu_prefetch_bytes(ch.scale, (size_t)L->d_k * 2u);
-    cpu_prefetch_bytes(ch.bias, (size_t)L->d_k * 2u);
+    pf->p[3] = ch.codes, pf->n[3] = L->k_row_bytes;
+    pf->p[4] = (const uint8_t *)ch.scale, pf->n[4] = (size_t)L->d_k * 2u;
+    pf->p[5] = (const uint8_t *)ch.bias, pf->n[5] = (size_t)L->d_k * 2u;
 }
 
 /* What a KIVI block asks for while it is scored: kv head h's key groups from token `from` (the next head's
@@ -554,14 +554,20 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
     if (L->kivi) { /* whole key groups (kivi_block); tokens outside [lo, hi) are masked */
         const int32_t g = L->group;
         const cpu_rows rv = block_rows(L, b, h, 1);
-        for (int32_t t0 = 0; t0 < b->n; t0 += g) { /* each group asks for its values and the hint's group */
+        /* each group asks for its values and the hint's group while it is scored (spread over the keys kernel:
+         * ~50 lines at once stalled it on the core's miss buffers) */
+        for (int32_t t0 = 0; t0 < b->n; t0 += g) {
+            cpu_prefetch pf;
+            memset(&pf, 0, sizeof pf);
             if (!L->v_is_k_prefix) {
-                cpu_prefetch_bytes(cpu_row_codes(&rv, t0), rv.row_stride * (size_t)g);
-                cpu_prefetch_bytes(cpu_row_scale(&rv, t0), rv.sb_stride * 2u * (size_t)g);
-                cpu_prefetch_bytes(cpu_row_bias(&rv, t0), rv.sb_stride * 2u * (size_t)g);
+                pf.p[0] = cpu_row_codes(&rv, t0), pf.n[0] = rv.row_stride * (size_t)g;
+                pf.p[1] = (const uint8_t *)cpu_row_scale(&rv, t0), pf.n[1] = rv.sb_stride * 2u * (size_t)g;
+                pf.p[2] = (const uint8_t *)cpu_row_bias(&rv, t0), pf.n[2] = rv.sb_stride * 2u * (size_t)g;
             }
-            kivi_ask_group(L, c->pool, ask->ids, ask->h, ask->from + t0, ask->hi, ask->n_quant);
-            const cpu_chan ch = kivi_block_group(L, b, h, t0);
+            kivi_group_hint(L, c->pool, ask->ids, ask->h, ask->from + t0, ask->hi, ask->n_quant, &pf);
+            cpu_chan ch = kivi_block_group(L, b, h, t0);
+            if (k->spreads_prefetch) ch.pf = &pf;
+            else prefetch_now(&pf);
             k->score_chan(&ch, L->d_k, sc->q, L->d_k, nq, sc->s + t0, CPU_BLOCK);
         }
         hide_block(c, seq, h, sc, nq, b, &v);

@@ -148,6 +148,7 @@ static inline cpu_chan cpu_page_chan(const gokv_layout *L, const uint8_t *page, 
     c.bias = (const uint16_t *)(page + L->k_bias + h * L->k_sb_head) + (size_t)j * L->d_k;
     c.bits = L->bits;
     c.g = L->group;
+    c.pf = NULL;
     return c;
 }
 

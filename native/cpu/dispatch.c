@@ -160,7 +160,7 @@ static void dispatch_run(const cpu_kernels *k, int u, dispatch_data *d) {
     case UNIT_KIVI_KEYS:
     case UNIT_KIVI_KEYS_AS_VALUES:
         for (int32_t g0 = 0; g0 < DN; g0 += DG) { /* KIVI 2-bit: a key group of DG tokens at a time */
-            const cpu_chan ch = {d->rows + (size_t)g0 * DD / 4, d->chan_scale, d->chan_bias, 2, DG};
+            const cpu_chan ch = {d->rows + (size_t)g0 * DD / 4, d->chan_scale, d->chan_bias, 2, DG, NULL};
             if (u == UNIT_KIVI_KEYS) k->score_chan(&ch, DD, d->q, DD, DQ, d->s + g0, DN);
             else k->accum_chan(&ch, DD, d->p + g0, DN, DQ, d->o, DD);
         }

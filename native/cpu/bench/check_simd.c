@@ -278,7 +278,7 @@ static void check_chan(const cpu_kernels *S, const cpu_kernels *V, const char *l
     uint16_t *sc = malloc(2 * d), *bi = malloc(2 * d);
     for (size_t i = 0; i < cb * d; i++) codes[i] = (uint8_t)rnd();
     for (int32_t c = 0; c < d; c++) sc[c] = gokv_float_to_half(frand(0.001f, 0.3f)), bi[c] = gokv_float_to_half(frand(-1, 1));
-    cpu_chan ch = {codes, sc, bi, bits, g};
+    cpu_chan ch = {codes, sc, bi, bits, g, NULL};
     const size_t ldq = d + 3, lds = CPU_BLOCK + 2, ldp = CPU_BLOCK + 5, ldo = dv + 1;
     float *q = calloc(ldq * nq, sizeof(float)), *s0 = malloc(sizeof(float) * lds * nq), *s1 = malloc(sizeof(float) * lds * nq);
     for (size_t i = 0; i < ldq * nq; i++) q[i] = frand(-1, 1);

@@ -15,7 +15,9 @@ AVX512_INLINE void avx512_chan_codes(const uint8_t *c, const int bits, __m512 *a
 }
 
 AVX512_INLINE void avx512_score_chan_core(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, const int NQ,
-                                          const int bits, float *s, size_t lds) {
+                                          const int bits, float *s, size_t lds, const cpu_prefetch *pf) {
+    cpu_prefetch_walk pw; /* a slice every 16 channels (see avx512_accum_core) */
+    cpu_prefetch_start(&pw, pf, (ch->g + 31) / 32 * ((d + 15) / 16));
     const size_t cbytes = (size_t)ch->g * bits / 8;
     float qs[AVX512_MAX_NQ * AVX512_MAX_D] __attribute__((aligned(64)));
     float sv[AVX512_MAX_D] __attribute__((aligned(64))), bv[AVX512_MAX_D] __attribute__((aligned(64)));
@@ -41,6 +43,7 @@ AVX512_INLINE void avx512_score_chan_core(const cpu_chan *ch, int32_t d, const f
         for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm512_setzero_ps();
         const uint8_t *codes = ch->codes + (size_t)p0 * bits / 8;
         for (int32_t c = 0; c < d; c++) {
+            if ((c & 15) == 0) cpu_prefetch_step(&pw);
             __m512 a, b;
             avx512_chan_codes(codes + (size_t)c * cbytes, bits, &a, &b);
             #pragma GCC unroll 8
@@ -123,8 +126,8 @@ AVX512_FN static void avx512_score_chan(const cpu_chan *ch, int32_t d, const flo
         const float *qi = q + (size_t)i0 * ldq;
         float *si = s + (size_t)i0 * lds;
 #define AVX512_SCORE_CHAN(N)                                                                                          \
-    (ch->bits == 4 ? avx512_score_chan_core(ch, d, qi, ldq, N, 4, si, lds)                                           \
-                   : avx512_score_chan_core(ch, d, qi, ldq, N, 2, si, lds))
+    (ch->bits == 4 ? avx512_score_chan_core(ch, d, qi, ldq, N, 4, si, lds, i0 ? NULL : ch->pf)                       \
+                   : avx512_score_chan_core(ch, d, qi, ldq, N, 2, si, lds, i0 ? NULL : ch->pf))
         CPU_BY_NQ8(AVX512_SCORE_CHAN, nc)
 #undef AVX512_SCORE_CHAN
         i0 += nc;

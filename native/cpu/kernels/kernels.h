@@ -156,6 +156,7 @@ typedef struct cpu_chan {
     const uint16_t *bias;  /* [d] fp16 */
     int32_t bits;          /* 2 or 4 */
     int32_t g;             /* tokens in the group, <= CPU_BLOCK */
+    const cpu_prefetch *pf; /* what score_chan asks for while it runs (tables with spreads_prefetch); NULL: nothing */
 } cpu_chan;
 
 /* Bytes per query of q4_prep's output (64-byte aligned): a 128-byte header, then 3 int8 pieces per dim. */
