@@ -15,8 +15,8 @@ AVX2_INLINE void avx2_chan_codes(const uint8_t *c, const int bits, __m256 *a, __
 
 AVX2_INLINE void avx2_score_chan_core(const cpu_chan *ch, int32_t d, const float *q, size_t ldq, const int NQ,
                                       const int bits, float *s, size_t lds, const cpu_prefetch *pf) {
-    cpu_prefetch_walk pw; /* a slice every 16 channels */
-    cpu_prefetch_start(&pw, pf, (ch->g + 15) / 16 * ((d + 15) / 16));
+    cpu_prefetch_walk pw; /* a slice every 32 channels (16 made kivi2 3% slower here) */
+    cpu_prefetch_start(&pw, pf, (ch->g + 15) / 16 * ((d + 31) / 32));
     const size_t cbytes = (size_t)ch->g * bits / 8;
     float qs[AVX2_MAX_NQ * AVX2_MAX_D] __attribute__((aligned(32)));
     float sv[AVX2_MAX_D], bv[AVX2_MAX_D], qb[AVX2_MAX_NQ];
@@ -43,7 +43,7 @@ AVX2_INLINE void avx2_score_chan_core(const cpu_chan *ch, int32_t d, const float
         for (int i = 0; i < NQ; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
         const uint8_t *codes = ch->codes + (size_t)p0 * bits / 8;
         for (int32_t c = 0; c < d; c++) {
-            if ((c & 15) == 0) cpu_prefetch_step(&pw);
+            if ((c & 31) == 0) cpu_prefetch_step(&pw);
             __m256 a, b;
             avx2_chan_codes(codes + (size_t)c * cbytes, bits, &a, &b);
 #pragma GCC unroll 4
