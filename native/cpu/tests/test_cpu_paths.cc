@@ -152,6 +152,16 @@ TEST(Simd, LimitIsCapped) {
     std::printf("[ INFO     ] CPU SIMD level %d (%s)\n", best, gokv_cpu_simd_name(best));
 }
 
+/* A fresh one-thread CPU device's info (what it reports at the level in force). */
+static ::testing::AssertionResult cpu_info(gokv_device_info *info) {
+    DevicePtr dev = open_cpu(1);
+    if (!dev) return ::testing::AssertionFailure() << "no CPU device: " << gokv_last_error();
+    std::memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
+    if (gokv_device_info_get(dev.get(), info) != GOKV_OK) return ::testing::AssertionFailure() << gokv_last_error();
+    return ::testing::AssertionSuccess();
+}
+
 /* The dispatch modes round-trip, say what they chose, and the device's features carry it at AVX-512. */
 TEST(Simd, DispatchModes) {
     SimdLimitGuard guard;
@@ -166,12 +176,8 @@ TEST(Simd, DispatchModes) {
     std::printf("[ INFO     ] kernel dispatch: %s\n", note);
     if (gokv_cpu_simd_level() == GOKV_CPU_AVX512) {
         gokv_cpu_set_simd_limit(GOKV_CPU_AVX512);
-        DevicePtr dev = open_cpu(1);
-        ASSERT_TRUE(dev);
         gokv_device_info info;
-        std::memset(&info, 0, sizeof info);
-        info.struct_size = sizeof info;
-        ASSERT_EQ(gokv_device_info_get(dev.get(), &info), GOKV_OK) << gokv_last_error();
+        ASSERT_TRUE(cpu_info(&info));
         EXPECT_NE(std::strstr(info.features, "measured: "), nullptr) << info.features;
     }
 }
@@ -181,12 +187,8 @@ TEST(Simd, DispatchModes) {
 TEST(Simd, EnvironmentCap) {
     const char *e = std::getenv("GOKV_CPU_SIMD");
     if (!e || std::strcmp(e, "scalar") != 0) GTEST_SKIP() << "run with GOKV_CPU_SIMD=scalar (ctest cpu.simd_environment_cap)";
-    DevicePtr dev = open_cpu(1);
-    ASSERT_TRUE(dev);
     gokv_device_info info;
-    std::memset(&info, 0, sizeof info);
-    info.struct_size = sizeof info;
-    ASSERT_EQ(gokv_device_info_get(dev.get(), &info), GOKV_OK) << gokv_last_error();
+    ASSERT_TRUE(cpu_info(&info));
     EXPECT_EQ(info.subgroup_size, 1) << info.features;
     EXPECT_EQ(gokv_cpu_set_simd_limit(1 << 20), gokv_cpu_simd_level()); /* the API still lifts it */
 }
