@@ -131,7 +131,7 @@ typedef struct attend_ctx {
 typedef struct scratch {
     float *q, *qsum, *m, *l, *o, *s;
     uint8_t *gather; /* the worker's gathered rows (attend_sparse), NULL without masks */
-    uint8_t *prep; /* the kernel table's query preparation (q4_prep, q8_prep: cpu_query_prep) */
+    uint8_t *prep; /* the kernel table's query_prep output for the format's encoding */
     int32_t *pos;
     /* a query whose weights are kept (mass_seq in_item): the weights of tokens [ep_t[e], ep_t[e + 1]) were taken at
      * the running maximum ep_m[e], ep_n of them, MASS_EPOCHS at most ([query][MASS_EPOCHS]) */
@@ -144,7 +144,7 @@ static size_t align_up(size_t x) { return (x + 63u) & ~(size_t)63u; }
 static size_t scratch_size(const gokv_layout *L, int32_t nq) {
     const int32_t ng = L->group ? L->d_k / L->group : 1;
     return align_up((size_t)nq * L->d_k * 4u) + align_up((size_t)nq * ng * 4u) + 2 * align_up((size_t)nq * 4u) +
-           align_up((size_t)nq * L->d_v * 4u) + align_up((size_t)nq * 4u) + (size_t)nq * CPU_Q4_PREP_STRIDE(L->d_k) +
+           align_up((size_t)nq * L->d_v * 4u) + align_up((size_t)nq * 4u) + (size_t)nq * CPU_PREP_STRIDE(L->d_k) +
            2 * align_up((size_t)nq * MASS_EPOCHS * 4u) + align_up((size_t)nq * 4u);
 }
 
@@ -158,7 +158,7 @@ static scratch carve(uint8_t *base, const gokv_layout *L, int32_t nq) {
     s.o = (float *)base, base += align_up((size_t)nq * L->d_v * 4u);
     s.s = NULL; /* the worker's, shared by the item's kv heads (run_item) */
     s.gather = NULL;
-    s.prep = base, base += (size_t)nq * CPU_Q4_PREP_STRIDE(L->d_k);
+    s.prep = base, base += (size_t)nq * CPU_PREP_STRIDE(L->d_k);
     s.pos = (int32_t *)base, base += align_up((size_t)nq * 4u);
     s.ep_t = (int32_t *)base, base += align_up((size_t)nq * MASS_EPOCHS * 4u);
     s.ep_m = (float *)base, base += align_up((size_t)nq * MASS_EPOCHS * 4u);
@@ -639,7 +639,7 @@ static void attend_sparse(const attend_ctx *c, int32_t seq, int32_t h, const scr
     for (int32_t w = 0; w < CPU_BLOCK / 32; w++)
         for (uint32_t x = v->live[w]; x; x &= x - 1) idx[n++] = (uint8_t)(w * 32 + __builtin_ctz(x));
     cpu_rows gk = gather_rows(rk, idx, n, sc->gather);
-    k->score_rows[enc](&gk, L->d_k, sc->q, L->d_k, sc->qsum, cpu_query_prep(k, enc) ? sc->prep : NULL, nq, sc->s,
+    k->score_rows[enc](&gk, L->d_k, sc->q, L->d_k, sc->qsum, k->query_prep[enc] ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
     if (sc->pos[0] != sc->pos[nq - 1]) { /* rows at several positions: each row's own tokens among the gathered */
         const gokv_attend_desc *d = c->d;
@@ -685,7 +685,7 @@ static void attend_rows(const attend_ctx *c, int32_t seq, int32_t h, const scrat
         attend_sparse(c, seq, h, sc, nq, b, &v, &rk, &rv);
         return;
     }
-    k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, cpu_query_prep(k, enc) ? sc->prep : NULL, nq, sc->s,
+    k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, k->query_prep[enc] ? sc->prep : NULL, nq, sc->s,
                        CPU_BLOCK);
     hide_block(c, seq, h, sc, nq, b, &v);
     if (c->store && !keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
@@ -796,7 +796,7 @@ static float sum_row(const float *x, int32_t n) {
 }
 
 /* Loads the queries of rows [row0, row0 + nrows) of sequence seq for kv head kvh into s: scaled q, positions,
- * and for per-token quantized formats the groups' Σq (and q4_prep's pieces). Query vector i = r * G + g. */
+ * and for per-token quantized formats the groups' Σq (and query_prep's pieces). Query vector i = r * G + g. */
 static void load_queries(const attend_ctx *c, scratch *s, int32_t seq, int32_t kvh, int32_t row0, int32_t nrows) {
     const gokv_attend_desc *d = c->d;
     const gokv_layout *L = c->L;
@@ -813,7 +813,7 @@ static void load_queries(const attend_ctx *c, scratch *s, int32_t seq, int32_t k
         const int32_t ng = dk / L->group;
         for (int32_t i = 0; i < nq; i++)
             for (int32_t j = 0; j < ng; j++) s->qsum[(size_t)i * ng + j] = sum_row(s->q + (size_t)i * dk + j * L->group, L->group);
-        const cpu_prep_fn prep = cpu_query_prep(c->k, cpu_row_enc(L->format));
+        const cpu_prep_fn prep = c->k->query_prep[cpu_row_enc(L->format)];
         if (prep) prep(s->q, dk, nq, dk, L->group, s->prep);
     }
 }
@@ -948,7 +948,7 @@ static int score_block(const attend_ctx *c, int32_t seq, int32_t h, const scratc
         const int32_t enc = cpu_row_enc(L->format);
         cpu_rows rk = block_rows(L, b, h, 0);
         rk.pf = NULL;
-        k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, cpu_query_prep(k, enc) ? sc->prep : NULL, nq,
+        k->score_rows[enc](&rk, L->d_k, sc->q, L->d_k, sc->qsum, k->query_prep[enc] ? sc->prep : NULL, nq,
                            sc->s, CPU_BLOCK);
     }
     hide_block(c, seq, h, sc, nq, b, &v);

@@ -36,7 +36,7 @@ static int32_t detect_simd(void) {
 static _Atomic int32_t g_simd_detected = -1;
 static _Atomic int32_t g_simd_limit = -1; /* -1: not read from the environment yet */
 
-/* GOKV_CPU_SIMD=scalar|avx2|avx512|neon caps the level as gokv_cpu_set_simd_limit does (the figures of a
+/* GOKV_CPU_SIMD=scalar|avx2|avx512 caps the level as gokv_cpu_set_simd_limit does (the figures of a
  * narrower machine's path on this one); unset or anything else: no cap. */
 static int32_t simd_limit(void) {
     int32_t lim = atomic_load(&g_simd_limit);
@@ -203,7 +203,7 @@ static gokv_status cpu_device_info(void *impl, gokv_device_info *out) {
     out->formats = (1u << GOKV_FORMAT_COUNT_) - 1u;
     const char *extra = "";
 #if defined(__x86_64__)
-    const int vnni = cpu_kernels_get(level)->q4_prep != NULL; /* q4 scores through (AVX-512 or AVX-)VNNI */
+    const int vnni = cpu_kernels_get(level)->query_prep[CPU_ENC_Q4] != NULL; /* q4 scores through (AVX-512 or AVX-)VNNI */
     if (level == GOKV_CPU_AVX512) extra = vnni ? " vnni fma f16c avx2" : " fma f16c avx2";
     if (level == GOKV_CPU_AVX2) extra = vnni ? " avx-vnni fma f16c" : " fma f16c";
 #endif

@@ -64,17 +64,16 @@ int32_t gokv_cpu_set_dispatch(int32_t mode) {
 /* Copies unit u of src into dst. */
 static void take_unit(cpu_kernels *dst, const cpu_kernels *src, int u) {
     switch (u) {
-    case UNIT_SCORES_F32: dst->score_rows[CPU_ENC_F32] = src->score_rows[CPU_ENC_F32]; break;
-    case UNIT_SCORES_F16: dst->score_rows[CPU_ENC_F16] = src->score_rows[CPU_ENC_F16]; break;
+    case UNIT_SCORES_F32:
+    case UNIT_SCORES_F16:
     case UNIT_SCORES_Q8:
-        dst->score_rows[CPU_ENC_Q8] = src->score_rows[CPU_ENC_Q8];
-        dst->q8_prep = src->q8_prep;
+    case UNIT_SCORES_Q4: { /* a scores kernel with its query preparation and how it takes hints */
+        const int32_t enc = u - UNIT_SCORES_F32;
+        dst->score_rows[enc] = src->score_rows[enc];
+        dst->query_prep[enc] = src->query_prep[enc];
+        dst->values_take_hint[enc] = src->values_take_hint[enc];
         break;
-    case UNIT_SCORES_Q4:
-        dst->score_rows[CPU_ENC_Q4] = src->score_rows[CPU_ENC_Q4];
-        dst->q4_prep = src->q4_prep;
-        dst->values_take_hint[CPU_ENC_Q4] = src->values_take_hint[CPU_ENC_Q4];
-        break;
+    }
     case UNIT_VALUES_F32: dst->accum_rows[CPU_ENC_F32] = src->accum_rows[CPU_ENC_F32]; break;
     case UNIT_VALUES_F16: dst->accum_rows[CPU_ENC_F16] = src->accum_rows[CPU_ENC_F16]; break;
     case UNIT_VALUES_Q8: dst->accum_rows[CPU_ENC_Q8] = src->accum_rows[CPU_ENC_Q8]; break;
@@ -93,7 +92,7 @@ typedef struct dispatch_data {
     uint16_t scale[DN * DNG], bias[DN * DNG];
     uint16_t chan_scale[DD], chan_bias[DD];
     float q[DQ * DD], qsum[DQ * DNG], p[DQ * DN], s[DQ * DN], o[DQ * DD];
-    uint8_t prep[DQ * CPU_Q4_PREP_STRIDE(DD)];
+    uint8_t prep[DQ * CPU_PREP_STRIDE(DD)];
 } dispatch_data;
 
 static double dispatch_now(void) {
@@ -154,7 +153,7 @@ static void dispatch_run(const cpu_kernels *k, int u, dispatch_data *d) {
     case UNIT_SCORES_Q4: {
         const int32_t enc = u - UNIT_SCORES_F32;
         const cpu_rows r = dispatch_rows(d, enc, enc == CPU_ENC_Q4);
-        k->score_rows[enc](&r, DD, d->q, DD, d->qsum, cpu_query_prep(k, enc) ? d->prep : NULL, DQ, d->s, DN);
+        k->score_rows[enc](&r, DD, d->q, DD, d->qsum, k->query_prep[enc] ? d->prep : NULL, DQ, d->s, DN);
         break;
     }
     case UNIT_KIVI_KEYS:
@@ -176,7 +175,7 @@ static void dispatch_run(const cpu_kernels *k, int u, dispatch_data *d) {
 
 /* The best of several timed rounds of unit u from table k, in seconds per run. */
 static double dispatch_time(const cpu_kernels *k, int u, dispatch_data *d) {
-    const cpu_prep_fn prep = u == UNIT_SCORES_Q4 || u == UNIT_SCORES_Q8 ? cpu_query_prep(k, u - UNIT_SCORES_F32) : NULL;
+    const cpu_prep_fn prep = u >= UNIT_SCORES_F32 && u <= UNIT_SCORES_Q4 ? k->query_prep[u - UNIT_SCORES_F32] : NULL;
     if (prep) prep(d->q, DD, DQ, DD, DG, d->prep); /* once per call in attend.c */
     for (int w = 0; w < 4; w++) dispatch_run(k, u, d);
     double best = 0.0;

@@ -45,8 +45,8 @@ static cpu_rows rows(uint8_t *mem, long b, int value) {
 }
 
 static float q[NQ * D], qsum[NQ * NG], s[NQ * N], o[NQ * D];
-static uint8_t prep_buf[NQ * CPU_Q4_PREP_STRIDE(D)] __attribute__((aligned(64)));
-static const void *prep; /* the table's q4_prep output, or NULL (-novnni, or a table without one) */
+static uint8_t prep_buf[NQ * CPU_PREP_STRIDE(D)] __attribute__((aligned(64)));
+static const void *prep; /* the table's q4 query_prep output, or NULL (-novnni, or a table without one) */
 
 /* Scores, a cheap stand-in for the softmax, values: block b, with the hints given. */
 static void run_block(const cpu_kernels *k, uint8_t *mem, long b, const cpu_prefetch *pk, const cpu_prefetch *pv) {
@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NQ * D; i++) q[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     for (int i = 0; i < NQ * NG; i++) /* the group sums of the query, as attend.c passes them */
         for (int c = 0; c < G; c++) qsum[i] += q[(i / NG) * D + (i % NG) * G + c];
-    if (k->q4_prep && !novnni) k->q4_prep(q, D, NQ, D, G, prep_buf), prep = prep_buf;
+    if (k->query_prep[CPU_ENC_Q4] && !novnni) k->query_prep[CPU_ENC_Q4](q, D, NQ, D, G, prep_buf), prep = prep_buf;
 
     /* 1. one block, in cache */
     const long iters = 200000;

@@ -79,9 +79,9 @@ static void check_rows(const cpu_kernels *S, const cpu_kernels *V, const char *l
         for (int32_t i = 0; i < nq; i++)
             for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
     /* q4 and q8 with a prepared query where the table prepares them (VNNI), and again without it (fp32) */
-    const cpu_prep_fn prep_fn = cpu_query_prep(V, enc);
+    const cpu_prep_fn prep_fn = V->query_prep[enc];
     const int prepared = prep_fn != NULL;
-    void *prep = prepared ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
+    void *prep = prepared ? aligned_alloc(64, (size_t)nq * CPU_PREP_STRIDE(d)) : NULL;
     if (prepared) prep_fn(q, ldq, nq, d, g, prep);
     S->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, NULL, nq, s0, lds);
     V->score_rows[enc](&b.r, d, q, ldq, enc >= CPU_ENC_Q8 ? qsum : NULL, prep, nq, s1, lds);
@@ -168,8 +168,8 @@ static void check_two_runs(const cpu_kernels *T, const char *lvl, int32_t enc, i
     if (enc >= CPU_ENC_Q8)
         for (int32_t i = 0; i < nq; i++)
             for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
-    void *prep = cpu_query_prep(T, enc) ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
-    if (prep) cpu_query_prep(T, enc)(q, ldq, nq, d, g, prep);
+    void *prep = T->query_prep[enc] ? aligned_alloc(64, (size_t)nq * CPU_PREP_STRIDE(d)) : NULL;
+    if (prep) T->query_prep[enc](q, ldq, nq, d, g, prep);
     cpu_rows r = b.r;
     const size_t sb_stride = b.r.sb_stride, rest = (size_t)(n - n1);
     uint8_t *codes2 = malloc(rest * r.row_stride);
@@ -239,8 +239,8 @@ static void check_tiled(const cpu_kernels *S, const cpu_kernels *V, const char *
     for (size_t i = 0; i < ldq * nq; i++) q[i] = frand(-1, 1);
     for (int32_t i = 0; i < nq; i++)
         for (int32_t c = 0; c < d; c++) qsum[i * ng + c / g] += q[i * ldq + c];
-    void *prep = V->q4_prep ? aligned_alloc(64, (size_t)nq * CPU_Q4_PREP_STRIDE(d)) : NULL;
-    if (prep) V->q4_prep(q, ldq, nq, d, g, prep);
+    void *prep = V->query_prep[CPU_ENC_Q4] ? aligned_alloc(64, (size_t)nq * CPU_PREP_STRIDE(d)) : NULL;
+    if (prep) V->query_prep[CPU_ENC_Q4](q, ldq, nq, d, g, prep);
     S->score_rows[CPU_ENC_Q4](&b.r, d, q, ldq, qsum, NULL, nq, s0, lds);
     for (int mode = 0; mode < 3; mode++) { /* prepared (where the table prepares), fp32, without the group sums */
         if (mode == 0 && !prep) continue;
@@ -312,18 +312,18 @@ static void check_chan(const cpu_kernels *S, const cpu_kernels *V, const char *l
     free(codes), free(sc), free(bi), free(q), free(s0), free(s1), free(p), free(o0), free(o1);
 }
 
-/* q4_prep's and q8_prep's edges: a query with a 1000x element and a zero group (the error stays within the
+/* query_prep's edges (q4, q8): a query with a 1000x element and a zero group (the error stays within the
  * pieces' bound, which is per group of the query: Q_j/2 per element), one with a NaN (scores NaN, as the fp32
  * kernels give), and one too small to scale (left to the fp32 kernels: fp32 rounding only). */
 static void check_prep(const cpu_kernels *S, const cpu_kernels *V, const char *lvl, int32_t enc, int32_t g) {
-    const cpu_prep_fn prep_fn = cpu_query_prep(V, enc);
+    const cpu_prep_fn prep_fn = V->query_prep[enc];
     if (!prep_fn) return;
     char what[256];
     enum { NQ = 4, D = 128, T = 33 };
     rows_buf b = make_rows(enc, T, D, g, 1);
     const int32_t ng = D / g;
     float q[NQ * D], qsum[NQ * D / 32], s0[NQ * T], s1[NQ * T], k[D];
-    void *prep = aligned_alloc(64, (size_t)NQ * CPU_Q4_PREP_STRIDE(D));
+    void *prep = aligned_alloc(64, (size_t)NQ * CPU_PREP_STRIDE(D));
     for (int32_t i = 0; i < NQ * D; i++) q[i] = frand(-1, 1);
     q[0 * D + 5] = 1000.0f;                                     /* an outlier */
     for (int32_t c = g; c < 2 * g && ng > 1; c++) q[0 * D + c] = 0.0f; /* a zero group */

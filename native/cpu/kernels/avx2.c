@@ -14,7 +14,7 @@
  * and one FMA per query and 8 lanes.
  * Plain rows whose length is not a multiple of 16 decode their last slab from a zero-padded copy.
  * Queries are taken in chunks of 4, 3, 2, 1 (16 ymm registers). Where the CPU has AVX-VNNI, q4 scores go
- * through vpdpbusd as in avx512.c (avx2_score_rows_q4_vnni, with this table's q4_prep).
+ * through vpdpbusd as in avx512.c (avx2_score_rows_q4_vnni, with this table's query_prep).
  *
  * Files: avx2_internal.h (what they share), avx2_scores.c (score_rows), avx2_values.c (accum_rows),
  * avx2_q4.c (q4 keys: tokens in lanes, AVX-VNNI), avx2_kivi.c (KIVI key groups) and this one (max,

@@ -158,7 +158,7 @@ AVX2_FN void avx2_score_rows_q8_fma(const cpu_rows *r, int32_t d, const float *q
 /* Each file's entries of the table (cpu_kernels_fill_avx2, avx2.c, calls them in this order). */
 void avx2_fill_scores(cpu_kernels *k); /* avx2_scores.c: score_rows of f32, f16, q8, q2 */
 void avx2_fill_values(cpu_kernels *k); /* avx2_values.c: accum_rows */
-void avx2_fill_q4(cpu_kernels *k);     /* avx2_q4.c: score_rows of q4 (+ q4_prep, and q8's, with AVX-VNNI) */
+void avx2_fill_q4(cpu_kernels *k);     /* avx2_q4.c: score_rows of q4 (and q8, with query_prep, under AVX-VNNI) */
 void avx2_fill_kivi(cpu_kernels *k);   /* avx2_kivi.c: score_chan, accum_chan */
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * avx2_q4.c: score_rows of the AVX2 table for q4 keys: 8 tokens in lanes (FMA), or through
- * AVX-VNNI against the query cut into int8 pieces (q4_prep) where the CPU and the compiler have it. See
+ * AVX-VNNI against the query cut into int8 pieces (query_prep) where the CPU and the compiler have it. See
  * avx2.c and avx512.c.
  */
 #include "avx2_internal.h"
@@ -152,7 +152,7 @@ AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float
 
 /* ---- q4 keys through AVX-VNNI (VEX vpdpbusd on ymm: Intel client cores from Alder Lake, AMD Zen 5) ----
  * The scheme of avx512.c's VNNI q4 scores, half as wide: each query cut once per call into three int8 pieces
- * per key group (q4_prep's layout, kernels.h), the 4-bit codes as the unsigned operand, tokens in lanes (8
+ * per key group (avx512_q4_prep's layout), the 4-bit codes as the unsigned operand, tokens in lanes (8
  * rows transposed as dwords, so a dword column holds dims 8c..8c+7 of 8 tokens), and per group and query
  * the three piece sums combined exactly in int32, converted once and met with the scale column. With 16 ymm
  * registers a query is done at a time over 16 tokens (two blocks of 8, which share each broadcast piece);
@@ -162,12 +162,12 @@ AVX2_FN static void avx2_score_rows_q4(const cpu_rows *r, int32_t d, const float
 #define AVX2_VNNI_FN __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define AVX2_VNNI_INLINE static inline __attribute__((always_inline)) AVX2_VNNI_FN
 
-/* q4_prep and q8_prep: avx512_q4_prep's and avx512_q8_prep's pieces and layouts in plain C (once per call and
+/* The q4 and q8 query_prep: avx512_q4_prep's and avx512_q8_prep's pieces and layouts in plain C (once per call and
  * query, off the hot path). */
 static void avx2_prep_pieces(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep, int q8) {
     for (int32_t i = 0; i < nq; i++) {
         const float *qi = q + (size_t)i * ldq;
-        uint8_t *out = (uint8_t *)prep + (size_t)i * CPU_Q4_PREP_STRIDE(d);
+        uint8_t *out = (uint8_t *)prep + (size_t)i * CPU_PREP_STRIDE(d);
         float Q[AVX2_MAX_NG];
         int ok = d % 16 == 0 && group % 16 == 0 && d / group <= AVX2_MAX_NG;
         for (int32_t j = 0; ok && j < d / group; j++) {
@@ -269,7 +269,7 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
                                          const int CPG, const float *sc, const float *bc, int32_t ng, float *s,
                                          size_t lds, const int Q8) {
     const int32_t rb = Q8 ? d : d / 2, ncol = rb / 4, n = r->n;
-    const size_t stride = CPU_Q4_PREP_STRIDE(d);
+    const size_t stride = CPU_PREP_STRIDE(d);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     int32_t lo[2][AVX2_MAX_D / 4][8] __attribute__((aligned(32)));
     int32_t hi[2][AVX2_MAX_D / 8][8] __attribute__((aligned(32)));
@@ -316,10 +316,23 @@ AVX2_VNNI_INLINE void avx2_score_q4_vnni(const cpu_rows *r, int32_t d, const voi
     }
 }
 
-/* The scale and bias columns of r's ng groups (sc[j * CPU_BLOCK + t]), lanes past n zero. */
-AVX2_VNNI_INLINE void avx2_vnni_columns(const cpu_rows *r, int32_t ng, float *sc, float *bc) {
+/* Whether the AVX-VNNI kernel takes these rows: prepared queries, their group sums, a shape with columns, and
+ * (q8) plain rows; else the caller's FMA kernel does. */
+static inline int avx2_vnni_ready(const cpu_rows *r, int32_t d, const float *qsum, const void *prep, int32_t nq,
+                                  const int Q8) {
+    const int32_t g = r->group, ng = d / g;
+    return qsum && (!Q8 || r->tile < 0) && d % 64 == 0 && (g == 32 || g == 64 || g == 128) &&
+           (ng == 1 || ng == 2 || ng == 4) && cpu_prepared(prep, nq, d);
+}
+
+/* The scale and bias columns of r's ng groups (sc[j * CPU_BLOCK + t], lanes past n zero), then the kernel
+ * with its columns per group (g / 8 for q4, g / 4 for q8) as a constant, so the group's loop unrolls. */
+AVX2_VNNI_INLINE void avx2_score_vnni(const cpu_rows *r, int32_t d, const void *prep, const float *qsum, int32_t nq,
+                                      float *s, size_t lds, const int Q8) {
+    const int32_t g = r->group, ng = d / g;
     float sf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
     float bf[CPU_BLOCK * AVX2_MAX_NG] __attribute__((aligned(32)));
+    float sc[CPU_BLOCK * 4] __attribute__((aligned(32))), bc[CPU_BLOCK * 4] __attribute__((aligned(32)));
     avx2_row_sb(r, ng, sf, bf);
     for (int32_t t0 = 0; t0 < r->n; t0 += 8) { /* token-major to columns */
         __m256 scol[4], bcol[4];
@@ -331,47 +344,31 @@ AVX2_VNNI_INLINE void avx2_vnni_columns(const cpu_rows *r, int32_t ng, float *sc
             _mm256_store_ps(bc + (size_t)j * CPU_BLOCK + t0, bcol[j]);
         }
     }
-}
-
-/* Whether the VNNI kernel takes these rows: prepared queries, their group sums, and a shape with columns. */
-static inline int avx2_vnni_ready(const cpu_rows *r, int32_t d, const float *qsum, const void *prep, int32_t nq) {
-    const int32_t g = r->group, ng = d / g;
-    return qsum && d % 64 == 0 && (g == 32 || g == 64 || g == 128) && (ng == 1 || ng == 2 || ng == 4) &&
-           cpu_q4_prepared(prep, nq, d);
+    switch (g) {
+    case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 8 : 4, sc, bc, ng, s, lds, Q8); break;
+    case 64: avx2_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 16 : 8, sc, bc, ng, s, lds, Q8); break;
+    default: avx2_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 32 : 16, sc, bc, ng, s, lds, Q8); break;
+    }
 }
 
 AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
                                                  const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
-    if (!avx2_vnni_ready(r, d, qsum, prep, nq)) { /* not prepared (or a query q4_prep left to fp32), or no columns */
+    if (!avx2_vnni_ready(r, d, qsum, prep, nq, 0)) { /* e.g. a query query_prep left to fp32 */
         avx2_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
         return;
     }
-    const int32_t g = r->group, ng = d / g;
-    float sc[CPU_BLOCK * 4] __attribute__((aligned(32))), bc[CPU_BLOCK * 4] __attribute__((aligned(32)));
-    avx2_vnni_columns(r, ng, sc, bc);
-    switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
-    case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds, 0); break;
-    case 64: avx2_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds, 0); break;
-    default: avx2_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds, 0); break;
-    }
+    avx2_score_vnni(r, d, prep, qsum, nq, s, lds, 0);
 }
 
 /* q8 keys through the same kernel (avx512_score_rows_q8_vnni's scheme): a dword column of the transposed rows
  * is 4 dims of 8 tokens as bytes, the unsigned operand as it is. */
 AVX2_VNNI_FN static void avx2_score_rows_q8_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
                                                  const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
-    if (r->tile >= 0 || !avx2_vnni_ready(r, d, qsum, prep, nq)) {
+    if (!avx2_vnni_ready(r, d, qsum, prep, nq, 1)) {
         avx2_score_rows_q8_fma(r, d, q, ldq, nq, s, lds);
         return;
     }
-    const int32_t g = r->group, ng = d / g;
-    float sc[CPU_BLOCK * 4] __attribute__((aligned(32))), bc[CPU_BLOCK * 4] __attribute__((aligned(32)));
-    avx2_vnni_columns(r, ng, sc, bc);
-    switch (g) {
-    case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds, 1); break;
-    case 64: avx2_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds, 1); break;
-    default: avx2_score_q4_vnni(r, d, prep, qsum, nq, 32, sc, bc, ng, s, lds, 1); break;
-    }
+    avx2_score_vnni(r, d, prep, qsum, nq, s, lds, 1);
 }
 
 #endif /* AVX2_HAVE_VNNI */
@@ -381,9 +378,9 @@ void avx2_fill_q4(cpu_kernels *k) {
 #if defined(AVX2_HAVE_VNNI)
     if (__builtin_cpu_supports("avxvnni")) {
         k->score_rows[CPU_ENC_Q4] = avx2_score_rows_q4_vnni;
-        k->q4_prep = avx2_q4_prep;
+        k->query_prep[CPU_ENC_Q4] = avx2_q4_prep;
         k->score_rows[CPU_ENC_Q8] = avx2_score_rows_q8_vnni;
-        k->q8_prep = avx2_q8_prep;
+        k->query_prep[CPU_ENC_Q8] = avx2_q8_prep;
     }
 #endif
 }

@@ -260,7 +260,7 @@ AVX512_FN void avx512_score_rows_q8_fma(const cpu_rows *r, int32_t d, const floa
 /* Each file's entries of the table (cpu_kernels_fill_avx512, avx512.c, calls them in this order). */
 void avx512_fill_scores(cpu_kernels *k); /* avx512_scores.c: score_rows of f32, f16, q8, q2 */
 void avx512_fill_values(cpu_kernels *k); /* avx512_values.c: accum_rows */
-void avx512_fill_q4(cpu_kernels *k);     /* avx512_q4.c: score_rows of q4 (+ q4_prep, and q8's with VNNI) */
+void avx512_fill_q4(cpu_kernels *k);     /* avx512_q4.c: score_rows of q4 (and q8, with query_prep, under VNNI) */
 void avx512_fill_kivi(cpu_kernels *k);   /* avx512_kivi.c: score_chan, accum_chan */
 
 #endif

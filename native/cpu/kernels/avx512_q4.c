@@ -1,6 +1,6 @@
 /*
  * avx512_q4.c: score_rows of the AVX-512 table for q4 keys: 16 tokens in lanes (FMA), or through
- * VNNI against the query cut into int8 pieces (q4_prep) where the CPU has it. See avx512.c.
+ * VNNI against the query cut into int8 pieces (query_prep) where the CPU has it. See avx512.c.
  */
 #include "avx512_internal.h"
 
@@ -184,12 +184,12 @@ AVX512_FN static void avx512_score_rows_q4(const cpu_rows *r, int32_t d, const f
 #define AVX512_VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512vnni")))
 #define AVX512_VNNI_INLINE static inline __attribute__((always_inline)) AVX512_VNNI_FN
 
-/* q4_prep's layout for one query: float Q_j per key group j at byte 4j (Q_0 = 0: not prepared, use the fp32
+/* The q4 query_prep's layout for one query: float Q_j per key group j at byte 4j (Q_0 = 0: not prepared, use the fp32
  * kernel), then from byte 128 six dwords per dword column c of the row (dims 8c..8c+7): for piece p (a, b, c),
  * dword 6c + 2p holds its int8s of the even dims 8c, +2, +4, +6 and dword 6c + 2p + 1 those of the odd ones.
  * A column's pieces are then one base and constant offsets in the kernel. Each group has its own
  * Q_j = max_j|q| / 2^20, so a large element costs precision in its group only. */
-/* q8_prep's layout (avx512_q8_prep) differs from it in the columns only: a q8 dword column c holds dims
+/* The q8 one's (avx512_q8_prep) differs from it in the columns only: a q8 dword column c holds dims
  * 4c..4c+3 as bytes, so dword 3c + p holds piece p's int8s of those dims in order. */
 AVX512_VNNI_INLINE void avx512_prep_pieces(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep,
                                            const int Q8) {
@@ -198,7 +198,7 @@ AVX512_VNNI_INLINE void avx512_prep_pieces(const float *q, size_t ldq, int32_t n
     const __m512i k64 = _mm512_set1_epi32(64), k127 = _mm512_set1_epi32(127);
     for (int32_t i = 0; i < nq; i++) {
         const float *qi = q + (size_t)i * ldq;
-        uint8_t *out = (uint8_t *)prep + (size_t)i * CPU_Q4_PREP_STRIDE(d);
+        uint8_t *out = (uint8_t *)prep + (size_t)i * CPU_PREP_STRIDE(d);
         float Q[AVX512_MAX_NG];
         int ok = d % 16 == 0 && group % 16 == 0 && d / group <= AVX512_MAX_NG;
         for (int32_t j = 0; ok && j < d / group; j++) {
@@ -331,7 +331,7 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
                                              int32_t nq, const int CPG, const float *sc, const float *bc, int32_t ng,
                                              float *s, size_t lds, const int Q8) {
     const int32_t rb = Q8 ? d : d / 2, ncol = rb / 4, n = r->n;
-    const size_t stride = CPU_Q4_PREP_STRIDE(d);
+    const size_t stride = CPU_PREP_STRIDE(d);
     const uint8_t *prep = prep_;
     int32_t cols_buf[2][AVX512_MAX_D / 4][16] __attribute__((aligned(64)));
     cpu_prefetch_walk pw;
@@ -357,53 +357,59 @@ AVX512_VNNI_INLINE void avx512_score_q4_vnni(const cpu_rows *r, int32_t d, const
     }
 }
 
-AVX512_VNNI_FN static void avx512_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
-                                                     const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
-    const int32_t g = r->group, ng = d / g;
-    /* not prepared (or a query q4_prep left to fp32): the FMA kernels */
-    if (!(qsum && (g == 32 || g == 64 || g == 128) && cpu_q4_prepared(prep, nq, d))) {
-        avx512_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
-        return;
-    }
-    float sc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
-    float bc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
-    avx512_sb_columns(r, ng, sc, bc);
-    switch (g) { /* the columns per group as a constant, so the group's loop unrolls */
-    case 32: avx512_score_q4_vnni(r, d, prep, qsum, nq, 4, sc, bc, ng, s, lds, 0); break;
-    case 64: avx512_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds, 0); break;
-    default: avx512_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds, 0); break;
-    }
+/* Whether the VNNI kernel takes these rows: prepared queries, their group sums, a group it unrolls, and (q8)
+ * plain rows; else the caller's FMA kernel does. */
+static inline int avx512_vnni_ready(const cpu_rows *r, int32_t d, const float *qsum, const void *prep, int32_t nq,
+                                    const int Q8) {
+    const int32_t g = r->group;
+    return qsum && (!Q8 || r->tile < 0) && (g == 32 || g == 64 || g == 128) && cpu_prepared(prep, nq, d);
 }
 
-/* q8 keys through the same kernel: a dword column of plain rows (transposed as q4's are) is 4 dims of 16
- * tokens as bytes, the unsigned operand as it is, against q8_prep's pieces. Against the fp32 kernel, which
- * spends two converts and an FMA per 16 codes before the queries' FMAs, this is 4 products per lane and no
- * decode; the transpose costs a shuffle per 4 dims of 16 tokens. */
-AVX512_VNNI_FN static void avx512_score_rows_q8_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
-                                                     const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
+/* The block's scale and bias columns, then the kernel with its columns per group (g / 8 for q4, g / 4 for q8)
+ * as a constant, so the group's loop unrolls. */
+AVX512_VNNI_INLINE void avx512_score_vnni(const cpu_rows *r, int32_t d, const void *prep, const float *qsum, int32_t nq,
+                                          float *s, size_t lds, const int Q8) {
     const int32_t g = r->group, ng = d / g;
-    if (!(qsum && r->tile < 0 && (g == 32 || g == 64 || g == 128) && cpu_q4_prepared(prep, nq, d))) {
-        avx512_score_rows_q8_fma(r, d, q, ldq, nq, s, lds);
-        return;
-    }
     float sc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     float bc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     avx512_sb_columns(r, ng, sc, bc);
     switch (g) {
-    case 32: avx512_score_q4_vnni(r, d, prep, qsum, nq, 8, sc, bc, ng, s, lds, 1); break;
-    case 64: avx512_score_q4_vnni(r, d, prep, qsum, nq, 16, sc, bc, ng, s, lds, 1); break;
-    default: avx512_score_q4_vnni(r, d, prep, qsum, nq, 32, sc, bc, ng, s, lds, 1); break;
+    case 32: avx512_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 8 : 4, sc, bc, ng, s, lds, Q8); break;
+    case 64: avx512_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 16 : 8, sc, bc, ng, s, lds, Q8); break;
+    default: avx512_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 32 : 16, sc, bc, ng, s, lds, Q8); break;
     }
+}
+
+AVX512_VNNI_FN static void avx512_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
+                                                     const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
+    if (!avx512_vnni_ready(r, d, qsum, prep, nq, 0)) { /* e.g. a query query_prep left to fp32 */
+        avx512_score_rows_q4(r, d, q, ldq, qsum, NULL, nq, s, lds);
+        return;
+    }
+    avx512_score_vnni(r, d, prep, qsum, nq, s, lds, 0);
+}
+
+/* q8 keys through the same kernel: a dword column of plain rows (transposed as q4's are) is 4 dims of 16
+ * tokens as bytes, the unsigned operand as it is, against avx512_q8_prep's pieces. Against the fp32 kernel, which
+ * spends two converts and an FMA per 16 codes before the queries' FMAs, this is 4 products per lane and no
+ * decode; the transpose costs a shuffle per 4 dims of 16 tokens. */
+AVX512_VNNI_FN static void avx512_score_rows_q8_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,
+                                                     const float *qsum, const void *prep, int32_t nq, float *s, size_t lds) {
+    if (!avx512_vnni_ready(r, d, qsum, prep, nq, 1)) {
+        avx512_score_rows_q8_fma(r, d, q, ldq, nq, s, lds);
+        return;
+    }
+    avx512_score_vnni(r, d, prep, qsum, nq, s, lds, 1);
 }
 
 void avx512_fill_q4(cpu_kernels *k) {
     k->score_rows[CPU_ENC_Q4] = avx512_score_rows_q4;
     if (__builtin_cpu_supports("avx512vnni")) {
         k->score_rows[CPU_ENC_Q4] = avx512_score_rows_q4_vnni;
-        k->q4_prep = avx512_q4_prep;
+        k->query_prep[CPU_ENC_Q4] = avx512_q4_prep;
         k->values_take_hint[CPU_ENC_Q4] = 1; /* paced by load slots: attend.c, prefetch_now */
         k->score_rows[CPU_ENC_Q8] = avx512_score_rows_q8_vnni;
-        k->q8_prep = avx512_q8_prep;
+        k->query_prep[CPU_ENC_Q8] = avx512_q8_prep;
     }
 }
 #endif

@@ -159,32 +159,32 @@ typedef struct cpu_chan {
     const cpu_prefetch *pf; /* what score_chan asks for while it runs (tables with spreads_prefetch); NULL: nothing */
 } cpu_chan;
 
-/* Bytes per query of q4_prep's output (64-byte aligned): a 128-byte header, then 3 int8 pieces per dim. */
-#define CPU_Q4_PREP_STRIDE(d) (((size_t)3 * (size_t)(d) + 128u + 63u) & ~(size_t)63u)
+/* Bytes per query of a query_prep's output (64-byte aligned): a 128-byte header, then 3 int8 pieces per dim. */
+#define CPU_PREP_STRIDE(d) (((size_t)3 * (size_t)(d) + 128u + 63u) & ~(size_t)63u)
 
-/* Whether q4_prep prepared every one of the nq queries at prep (NULL: none): a query it left to the fp32
+/* Whether query_prep prepared every one of the nq queries at prep (NULL: none): a query it left to the fp32
  * kernels has a first group scale of 0 in its header. */
-static inline int cpu_q4_prepared(const void *prep, int32_t nq, int32_t d) {
+static inline int cpu_prepared(const void *prep, int32_t nq, int32_t d) {
     int ready = prep != NULL;
     for (int32_t i = 0; ready && i < nq; i++) {
         float Q;
-        memcpy(&Q, (const uint8_t *)prep + (size_t)i * CPU_Q4_PREP_STRIDE(d), sizeof Q);
+        memcpy(&Q, (const uint8_t *)prep + (size_t)i * CPU_PREP_STRIDE(d), sizeof Q);
         ready = Q > 0.0f;
     }
     return ready;
 }
 
+typedef void (*cpu_prep_fn)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
+
 typedef struct cpu_kernels {
-    /* s[i][t] = q_i · k̂_t for the n rows of r (d dims). qsum may be NULL for f32/f16. prep: the output of
-     * cpu_query_prep(table, enc) for these nq queries (q4, q8), or NULL; a kernel that reads it computes the same scores without it. */
+    /* s[i][t] = q_i · k̂_t for the n rows of r (d dims). qsum may be NULL for f32/f16. prep: query_prep[enc]'s
+     * output for these nq queries, or NULL; a kernel that reads it computes the same scores without it. */
     void (*score_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t d, const float *q, size_t ldq, const float *qsum,
                                       const void *prep, int32_t nq, float *s, size_t lds);
-    /* Optional (NULL: this table has none): prepares nq queries once per call for score_rows[CPU_ENC_Q4],
-     * CPU_Q4_PREP_STRIDE(d) bytes each at prep + i * stride (AVX-512 VNNI and AVX-VNNI: each query as int8
-     * pieces, avx512_q4_prep's layout). */
-    void (*q4_prep)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
-    /* The same for score_rows[CPU_ENC_Q8] (AVX-512 VNNI: avx512_q8_prep's layout), or NULL. */
-    void (*q8_prep)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
+    /* Per encoding, optional (NULL: none): prepares nq queries once per call for score_rows[enc],
+     * CPU_PREP_STRIDE(d) bytes each at prep + i * stride (q4 and q8 with AVX-512 VNNI or AVX-VNNI: each query
+     * as int8 pieces, avx512_q4_prep's and avx512_q8_prep's layouts). */
+    cpu_prep_fn query_prep[CPU_ENC_COUNT];
     /* o[i][0..dv) += Σ_t p[i][t] · v̂_t[0..dv) for the n rows of r. */
     void (*accum_rows[CPU_ENC_COUNT])(const cpu_rows *r, int32_t dv, const float *p, size_t ldp, int32_t nq,
                                       float *o, size_t ldo);
@@ -217,13 +217,6 @@ typedef struct cpu_kernels {
  * holds one of the core's few L1 miss buffers until it arrives, so a block-head's hint of ~300 lines stalled the
  * kernel's own loads behind them; into L2 the walk from DRAM ran 1.13x faster for f16 at 128K, 1.05x for q4
  * (bench_decode, 2 threads, the 2-core Xeon), and the lines reach L1 early enough from there. */
-typedef void (*cpu_prep_fn)(const float *q, size_t ldq, int32_t nq, int32_t d, int32_t group, void *prep);
-
-/* The query preparation table k's score_rows[enc] reads (q4_prep, q8_prep), or NULL. */
-static inline cpu_prep_fn cpu_query_prep(const cpu_kernels *k, int32_t enc) {
-    return enc == CPU_ENC_Q4 ? k->q4_prep : enc == CPU_ENC_Q8 ? k->q8_prep : NULL;
-}
-
 static inline void cpu_prefetch_line(const void *p) {
 #if defined(__x86_64__)
     __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)p)); /* asm: GCC deletes loops of bare builtins */
