@@ -356,10 +356,10 @@ static cpu_rows block_rows(const gokv_layout *L, const block *b, int32_t h, int3
  * at every page and item. The SIMD kernels spread the request over their arithmetic (cpu_prefetch): asked
  * for at once, its ~300 lines stall the kernel's own loads (docs/performance.md: the walk from DRAM).
  * Each kernel asks for its own half (scores the keys, values the values), except where the kernel table
- * says so (values_take_hint: the VNNI q4 scores): those scores are paced by load slots (avx512.c), which a
- * prefetch takes too, while the values kernel has slots to spare, so it asks for all of it, keys first.
- * Not for f16 and q8: their scores are not load-bound and their blocks are larger, so the values kernel
- * asking for everything made them slower. */
+ * says so (values_take_hint: the VNNI q4 scores on AMD): those scores are paced by load slots there
+ * (avx512_q4.c), which a prefetch takes too, while the values kernel has slots to spare, so it asks for all of
+ * it, keys first. Not for f16 and q8: their scores are not load-bound and their blocks are larger, so the
+ * values kernel asking for everything made them slower. KIVI blocks ask the same way (kivi_hint). */
 static void prefetch_now(const cpu_prefetch *pf) {
     for (int i = 0; i < CPU_PREFETCH_REGIONS; i++)
         if (pf->n[i]) cpu_prefetch_bytes(pf->p[i], pf->n[i]);
@@ -430,11 +430,16 @@ static void kivi_group_hint(const gokv_layout *L, const cpu_pool *pool, const in
     pf->p[5] = (const uint8_t *)ch.bias, pf->n[5] = (size_t)L->d_k * 2u;
 }
 
-/* What a KIVI block asks for while it is scored: kv head h's key groups from token `from` (the next head's
- * of the same block, or the next block's first head's), as far as the block's own groups go. */
+/* What a KIVI block asks for while it runs, of the next block-head in walk order (the next head's of the same
+ * block, or the next block's first head's): its keys group by group while the keys kernel runs (kv head h's
+ * key groups from token `from`, as far as the block's own groups go), its values while the values kernel runs.
+ * Each kernel then asks for half the bytes it used to: the keys kernel asked for its own block's values too,
+ * at the rate a core keeps misses in flight, and the values kernel for nothing (the walk from DRAM and the
+ * kernels took turns). */
 typedef struct kivi_hint {
     const int32_t *ids;
     int32_t h, from, hi, n_quant;
+    cpu_prefetch values;
 } kivi_hint;
 
 /* The key group of kv head h at token t0 of KIVI block b (t0 a multiple of the group, in the first page or the
@@ -463,6 +468,23 @@ static block kivi_block(const gokv_layout *L, const cpu_pool *pool, const int32_
     b.hi = base + b.n < end ? base + b.n : end;
     b.next = b.hi;
     return b;
+}
+
+/* The values of the block-head ask points at (ask->h at token ask->from: block b's own tokens, or the KIVI block
+ * after b), as ask->values; none when values are the keys (MLA), past the quantized tokens (the ring is small
+ * and recently written) or in a released page. */
+static void kivi_values_hint(const attend_ctx *c, const int32_t *ids, const block *b, kivi_hint *ask) {
+    const gokv_layout *L = c->L;
+    memset(&ask->values, 0, sizeof ask->values);
+    if (L->v_is_k_prefix) return;
+    const int32_t end = ask->n_quant < ask->hi ? ask->n_quant : ask->hi;
+    block nb = *b;
+    if (ask->from != b->base) {
+        if (ask->from >= end || ids[ask->from / L->page_size] < 0) return;
+        nb = kivi_block(L, c->pool, ids, ask->from, end);
+    }
+    const cpu_rows rv = block_rows(L, &nb, ask->h, 1);
+    ask->values = cpu_rows_prefetch(&rv, NULL);
 }
 
 /* Attention mass: copies the scores of the counted queries of block b of kv head h (masked: -inf where a query
@@ -554,16 +576,11 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
     if (L->kivi) { /* whole key groups (kivi_block); tokens outside [lo, hi) are masked */
         const int32_t g = L->group;
         const cpu_rows rv = block_rows(L, b, h, 1);
-        /* each group asks for its values and the hint's group while it is scored (spread over the keys kernel:
-         * ~50 lines at once stalled it on the core's miss buffers) */
+        /* each group asks for the hint's group while it is scored (spread over the keys kernel: ~50 lines at once
+         * stalled it on the core's miss buffers) */
         for (int32_t t0 = 0; t0 < b->n; t0 += g) {
             cpu_prefetch pf;
             memset(&pf, 0, sizeof pf);
-            if (!L->v_is_k_prefix) {
-                pf.p[0] = cpu_row_codes(&rv, t0), pf.n[0] = rv.row_stride * (size_t)g;
-                pf.p[1] = (const uint8_t *)cpu_row_scale(&rv, t0), pf.n[1] = rv.sb_stride * 2u * (size_t)g;
-                pf.p[2] = (const uint8_t *)cpu_row_bias(&rv, t0), pf.n[2] = rv.sb_stride * 2u * (size_t)g;
-            }
             kivi_group_hint(L, c->pool, ask->ids, ask->h, ask->from + t0, ask->hi, ask->n_quant, &pf);
             cpu_chan ch = kivi_block_group(L, b, h, t0);
             if (k->spreads_prefetch) ch.pf = &pf;
@@ -576,7 +593,10 @@ static void attend_block(const attend_ctx *c, int32_t seq, int32_t h, const scra
         if (c->store && keeps_weights(c, seq)) keep_scores(c, seq, h, sc, nq, b);
         if (!any) return;
         if (!L->v_is_k_prefix) {
-            k->accum_rows[cpu_row_enc(L->format)](&rv, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
+            cpu_rows rvh = rv;
+            if (k->spreads_prefetch) rvh.pf = &ask->values;
+            else prefetch_now(&ask->values);
+            k->accum_rows[cpu_row_enc(L->format)](&rvh, L->d_v, sc->s, CPU_BLOCK, nq, sc->o, L->d_v);
             return;
         }
         for (int32_t t0 = 0; t0 < b->n; t0 += g) {
@@ -742,8 +762,9 @@ static void attend_range(const attend_ctx *c, const work_item *it, const scratch
                 attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring, NULL);
                 continue;
             }
-            if (L->kivi) { /* the next head's key groups of this block, or the next block's first head's */
-                const kivi_hint ask = {ids, last ? it->kvh : it->kvh + i + 1, last ? b.next : b.base, hi, n_quant};
+            if (L->kivi) { /* the next head's rows of this block, or the next block's first head's */
+                kivi_hint ask = {ids, last ? it->kvh : it->kvh + i + 1, last ? b.next : b.base, hi, n_quant, {{0}, {0}}};
+                kivi_values_hint(c, ids, &b, &ask);
                 attend_block(c, seq, it->kvh + i, &sc[i], nq, &b, ring, &ask);
                 continue;
             }
