@@ -85,11 +85,17 @@ AVX2_INLINE void avx2_fold_weights(const float *p, size_t ldp, const int NQ, int
     for (int i = 0; i < NQ; i++) bsum[i] = avx2_reduce(bacc[i]);
 }
 
-/* One token's slab into the accumulators of the NQ queries, w[i * ldw] its weights. */
+/* One token's slab into the accumulators of the NQ queries, w[i * ldw] its weights. A q4 slab's b holds the whole
+ * bytes x = lo + 16 hi as floats (a shift fewer; the caller recovers Σ w hi = (Σ w x - Σ w lo) / 16, as
+ * avx512_value_codes does). */
 AVX2_INLINE void avx2_accum_token(const uint8_t *row, int32_t k, const int enc, int32_t dv, const float *w, size_t ldw,
                                   const int NQ, __m256 *acc_a, __m256 *acc_b) {
     __m256 a, b;
-    if (enc >= CPU_ENC_Q8) avx2_slab_codes(row, k, enc, &a, &b);
+    if (enc == CPU_ENC_Q4) {
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + (size_t)k * 8)));
+        a = _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(15)));
+        b = _mm256_cvtepi32_ps(x);
+    } else if (enc >= CPU_ENC_Q8) avx2_slab_codes(row, k, enc, &a, &b);
     else avx2_slab(row, k, enc, dv, NULL, NULL, &a, &b);
 #pragma GCC unroll 4
     for (int i = 0; i < NQ; i++) {
@@ -123,7 +129,10 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++)
 #pragma GCC unroll 4
-            for (int i = 0; i < NQ; i++) acc_a[u][i] = acc_b[u][i] = _mm256_set1_ps(u == 0 ? bsum[i] : 0.0f);
+            for (int i = 0; i < NQ; i++) {
+                acc_a[u][i] = _mm256_set1_ps(u == 0 ? bsum[i] : 0.0f);
+                acc_b[u][i] = _mm256_set1_ps(u == 0 ? (enc == CPU_ENC_Q4 ? 17.0f : 1.0f) * bsum[i] : 0.0f);
+            }
         /* 32 tokens at a time (one run: CPU_RUN_ALIGN), each piece asking for its slice of the prefetch hint */
         for (int32_t t0 = 0, t = 0; t0 < n; t0 += 32) {
             cpu_prefetch_step(&pw);
@@ -140,7 +149,8 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
 #pragma GCC unroll 4
         for (int i = 0; i < NQ; i++) {
             const __m256 a = U == 2 ? _mm256_add_ps(acc_a[0][i], acc_a[1][i]) : acc_a[0][i];
-            const __m256 b = U == 2 ? _mm256_add_ps(acc_b[0][i], acc_b[1][i]) : acc_b[0][i];
+            __m256 b = U == 2 ? _mm256_add_ps(acc_b[0][i], acc_b[1][i]) : acc_b[0][i];
+            if (enc == CPU_ENC_Q4) b = _mm256_mul_ps(_mm256_sub_ps(b, a), _mm256_set1_ps(0.0625f));
             avx2_add_slab(o + (size_t)i * ldo, k, dv, a, b, enc);
         }
     }
