@@ -40,6 +40,15 @@ static const float avx512_lut4_codes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 static const uint32_t avx512_q2_shift[32] = {0,  0,  2,  2,  4,  4,  6,  6,  8,  8,  10, 10, 12, 12, 14, 14,
                                              16, 16, 18, 18, 20, 20, 22, 22, 24, 24, 26, 26, 28, 28, 30, 30};
 
+/* 2-bit pairs: a dword lane shifted down to its pair of codes (avx512_pair_codes) holds the pair
+ * 8(j&1) + (j>>1), elements 2·pair and 2·pair + 1: a holds the even elements, b the odd ones. */
+static const int32_t avx512_perm_q2p[32] = {0, 16, 2, 18, 4,  20, 6,  22, 8,  24, 10, 26, 12, 28, 14, 30,
+                                            1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+static const int32_t avx512_inv_q2p[32] = {0, 16, 2, 18, 4,  20, 6,  22, 8,  24, 10, 26, 12, 28, 14, 30,
+                                           1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+/* The pair shifts (dword lane j: 4·(j>>1)), and the 4-bit table: entry e is e itself. */
+static const uint32_t avx512_q2_pair_shift[16] = {0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28};
+
 static inline const int32_t *avx512_perm(int32_t enc) {
     return enc == CPU_ENC_Q4 ? avx512_perm_q4 : enc == CPU_ENC_Q2 ? avx512_perm_q2 : avx512_iota;
 }
@@ -82,6 +91,24 @@ AVX512_INLINE void avx512_slab_table(const uint8_t *row, int32_t k, const int en
         const __m512i x = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(row + (size_t)k * 8)));
         *a = _mm512_permutexvar_ps(_mm512_srlv_epi32(x, _mm512_loadu_si512(avx512_q2_shift)), lut);
         *b = _mm512_permutexvar_ps(_mm512_srlv_epi32(x, _mm512_loadu_si512(avx512_q2_shift + 16)), lut);
+    }
+}
+
+/* Codes of a 4- or 2-bit slab (8 bytes at c for 2-bit, 16 for 4-bit) for kernels that accumulate Σ w·code over
+ * tokens or channels: a holds the even elements' codes, b each pair's byte value (2-bit: lo + 4 hi; 4-bit: the
+ * whole byte, lo + 16 hi) instead of the odd elements' codes; the caller recovers Σ w hi = (Σ w b - Σ w a) / K
+ * (K = 4 or 16) once. One shift and two table permutes (2-bit), a widening, a permute and a conversion (4-bit),
+ * where the odd codes took a shift and a permute more. Lane orders: avx512_perm_q2p, avx512_perm_q4. */
+AVX512_INLINE void avx512_pair_codes(const uint8_t *c, const int bits, __m512 *a, __m512 *b) {
+    if (bits == 4) {
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
+        *a = _mm512_permutexvar_ps(x, _mm512_loadu_ps(avx512_lut4_codes));
+        *b = _mm512_cvtepi32_ps(x);
+    } else {
+        const __m512i x = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)c));
+        const __m512i y = _mm512_srlv_epi32(x, _mm512_loadu_si512(avx512_q2_pair_shift));
+        *a = _mm512_permutexvar_ps(y, _mm512_loadu_ps(avx512_lut2_codes));
+        *b = _mm512_permutexvar_ps(y, _mm512_loadu_ps(avx512_lut4_codes));
     }
 }
 

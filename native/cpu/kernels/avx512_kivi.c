@@ -35,8 +35,9 @@ AVX512_INLINE void avx512_score_chan_core(const cpu_chan *ch, int32_t d, const f
         }
         qb[i] = _mm512_reduce_add_ps(dot);
     }
-    const __m512i ia = _mm512_loadu_si512(bits == 4 ? avx512_inv_q4 : avx512_inv_q2);
-    const __m512i ib = _mm512_loadu_si512((bits == 4 ? avx512_inv_q4 : avx512_inv_q2) + 16);
+    const __m512i ia = _mm512_loadu_si512(bits == 4 ? avx512_inv_q4 : avx512_inv_q2p);
+    const __m512i ib = _mm512_loadu_si512((bits == 4 ? avx512_inv_q4 : avx512_inv_q2p) + 16);
+    const __m512 unit = _mm512_set1_ps(bits == 4 ? 0.0625f : 0.25f);
     for (int32_t p0 = 0; p0 < ch->g; p0 += 32) {
         __m512 acc_a[AVX512_MAX_NQ], acc_b[AVX512_MAX_NQ];
         #pragma GCC unroll 8
@@ -44,8 +45,8 @@ AVX512_INLINE void avx512_score_chan_core(const cpu_chan *ch, int32_t d, const f
         const uint8_t *codes = ch->codes + (size_t)p0 * bits / 8;
         for (int32_t c = 0; c < d; c++) {
             if ((c & 15) == 0) cpu_prefetch_step(&pw);
-            __m512 a, b;
-            avx512_chan_codes(codes + (size_t)c * cbytes, bits, &a, &b);
+            __m512 a, b; /* b: the pairs whole (avx512_pair_codes) */
+            avx512_pair_codes(codes + (size_t)c * cbytes, bits, &a, &b);
             #pragma GCC unroll 8
             for (int i = 0; i < NQ; i++) {
                 const __m512 w = _mm512_set1_ps(qs[(size_t)i * d + c]);
@@ -56,9 +57,10 @@ AVX512_INLINE void avx512_score_chan_core(const cpu_chan *ch, int32_t d, const f
         #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) {
             const __m512 bias = _mm512_set1_ps(qb[i]);
+            const __m512 hi = _mm512_mul_ps(_mm512_sub_ps(acc_b[i], acc_a[i]), unit); /* Σ q' hi = (Σ q' pair - Σ q' lo) / K */
             float *si = s + (size_t)i * lds + p0;
-            _mm512_storeu_ps(si, _mm512_add_ps(_mm512_permutex2var_ps(acc_a[i], ia, acc_b[i]), bias));
-            _mm512_storeu_ps(si + 16, _mm512_add_ps(_mm512_permutex2var_ps(acc_a[i], ib, acc_b[i]), bias));
+            _mm512_storeu_ps(si, _mm512_add_ps(_mm512_permutex2var_ps(acc_a[i], ia, hi), bias));
+            _mm512_storeu_ps(si + 16, _mm512_add_ps(_mm512_permutex2var_ps(acc_a[i], ib, hi), bias));
         }
     }
 }
