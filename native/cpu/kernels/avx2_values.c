@@ -129,7 +129,7 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++)
 #pragma GCC unroll 4
-            for (int i = 0; i < NQ; i++) {
+            for (int i = 0; i < NQ; i++) { /* q4: b sums w·x, 17·bsum, so (b - a) / 16 keeps one bsum */
                 acc_a[u][i] = _mm256_set1_ps(u == 0 ? bsum[i] : 0.0f);
                 acc_b[u][i] = _mm256_set1_ps(u == 0 ? (enc == CPU_ENC_Q4 ? 17.0f : 1.0f) * bsum[i] : 0.0f);
             }

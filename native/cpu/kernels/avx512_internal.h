@@ -40,13 +40,11 @@ static const float avx512_lut4_codes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 static const uint32_t avx512_q2_shift[32] = {0,  0,  2,  2,  4,  4,  6,  6,  8,  8,  10, 10, 12, 12, 14, 14,
                                              16, 16, 18, 18, 20, 20, 22, 22, 24, 24, 26, 26, 28, 28, 30, 30};
 
-/* 2-bit pairs: a dword lane shifted down to its pair of codes (avx512_pair_codes) holds the pair
- * 8(j&1) + (j>>1), elements 2·pair and 2·pair + 1: a holds the even elements, b the odd ones. */
-static const int32_t avx512_perm_q2p[32] = {0, 16, 2, 18, 4,  20, 6,  22, 8,  24, 10, 26, 12, 28, 14, 30,
-                                            1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+/* 2-bit pairs (avx512_pair_codes): dword lane j, shifted down by avx512_q2_pair_shift[j], holds the pair of
+ * codes 8(j&1) + (j>>1), elements 2·pair (lane j of a) and 2·pair + 1 (lane j of b). This order is its own
+ * inverse: position p of a, b holds element avx512_inv_q2p[p], and element e sits at position inv[e]. */
 static const int32_t avx512_inv_q2p[32] = {0, 16, 2, 18, 4,  20, 6,  22, 8,  24, 10, 26, 12, 28, 14, 30,
                                            1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
-/* The pair shifts (dword lane j: 4·(j>>1)), and the 4-bit table: entry e is e itself. */
 static const uint32_t avx512_q2_pair_shift[16] = {0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28};
 
 static inline const int32_t *avx512_perm(int32_t enc) {
@@ -98,7 +96,8 @@ AVX512_INLINE void avx512_slab_table(const uint8_t *row, int32_t k, const int en
  * tokens or channels: a holds the even elements' codes, b each pair's byte value (2-bit: lo + 4 hi; 4-bit: the
  * whole byte, lo + 16 hi) instead of the odd elements' codes; the caller recovers Σ w hi = (Σ w b - Σ w a) / K
  * (K = 4 or 16) once. One shift and two table permutes (2-bit), a widening, a permute and a conversion (4-bit),
- * where the odd codes took a shift and a permute more. Lane orders: avx512_perm_q2p, avx512_perm_q4. */
+ * where the odd codes took a shift and a permute more. Lane orders: avx512_inv_q2p, avx512_perm_q4; the 2-bit
+ * pair's value comes from the 4-bit table (entry e is e). */
 AVX512_INLINE void avx512_pair_codes(const uint8_t *c, const int bits, __m512 *a, __m512 *b) {
     if (bits == 4) {
         const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
