@@ -344,11 +344,9 @@ AVX2_VNNI_INLINE void avx2_score_vnni(const cpu_rows *r, int32_t d, const void *
             _mm256_store_ps(bc + (size_t)j * CPU_BLOCK + t0, bcol[j]);
         }
     }
-    switch (g) {
-    case 32: avx2_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 8 : 4, sc, bc, ng, s, lds, Q8); break;
-    case 64: avx2_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 16 : 8, sc, bc, ng, s, lds, Q8); break;
-    default: avx2_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 32 : 16, sc, bc, ng, s, lds, Q8); break;
-    }
+#define AVX2_SCORE_VNNI(CPG) avx2_score_q4_vnni(r, d, prep, qsum, nq, CPG, sc, bc, ng, s, lds, Q8)
+    CPU_BY_GROUP_COLUMNS(AVX2_SCORE_VNNI, g, Q8)
+#undef AVX2_SCORE_VNNI
 }
 
 AVX2_VNNI_FN static void avx2_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,

@@ -373,11 +373,9 @@ AVX512_VNNI_INLINE void avx512_score_vnni(const cpu_rows *r, int32_t d, const vo
     float sc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     float bc[CPU_BLOCK * AVX512_MAX_NG] __attribute__((aligned(64)));
     avx512_sb_columns(r, ng, sc, bc);
-    switch (g) {
-    case 32: avx512_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 8 : 4, sc, bc, ng, s, lds, Q8); break;
-    case 64: avx512_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 16 : 8, sc, bc, ng, s, lds, Q8); break;
-    default: avx512_score_q4_vnni(r, d, prep, qsum, nq, Q8 ? 32 : 16, sc, bc, ng, s, lds, Q8); break;
-    }
+#define AVX512_SCORE_VNNI(CPG) avx512_score_q4_vnni(r, d, prep, qsum, nq, CPG, sc, bc, ng, s, lds, Q8)
+    CPU_BY_GROUP_COLUMNS(AVX512_SCORE_VNNI, g, Q8)
+#undef AVX512_SCORE_VNNI
 }
 
 AVX512_VNNI_FN static void avx512_score_rows_q4_vnni(const cpu_rows *r, int32_t d, const float *q, size_t ldq,

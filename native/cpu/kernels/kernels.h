@@ -299,6 +299,15 @@ static inline void cpu_prefetch_step(cpu_prefetch_walk *w) { cpu_prefetch_take(w
         CPU_BY_NQ4(CALL, nc)                                                                                       \
     }
 
+/* Runs CALL(CPG) with CPG the compile-time count of dword columns in a key group of g = 32, 64 or 128 (g / 8 for
+ * q4 codes, g / 4 for q8's bytes): the VNNI scores kernels unroll their group's loop on it. */
+#define CPU_BY_GROUP_COLUMNS(CALL, g, q8)                                                                          \
+    switch (g) {                                                                                                   \
+    case 32: CALL((q8) ? 8 : 4); break;                                                                            \
+    case 64: CALL((q8) ? 16 : 8); break;                                                                           \
+    default: CALL((q8) ? 32 : 16); break;                                                                          \
+    }
+
 /* Runs CALL(N) over the nq queries in chunks of up to 4, with i0 the chunk's first query (in scope of CALL). */
 #define CPU_EACH_NQ4(CALL, nq, i0)                                                                                 \
     for (int32_t i0 = 0, nc_ = 0; i0 < (nq); i0 += nc_) {                                                         \
