@@ -129,9 +129,9 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++)
 #pragma GCC unroll 4
-            for (int i = 0; i < NQ; i++) { /* q4: b sums w·x, 17·bsum, so (b - a) / 16 keeps one bsum */
+            for (int i = 0; i < NQ; i++) { /* q4: b sums w·x, (1 + K)·bsum, so (b - a) / K keeps one bsum (cpu_pair_k) */
                 acc_a[u][i] = _mm256_set1_ps(u == 0 ? bsum[i] : 0.0f);
-                acc_b[u][i] = _mm256_set1_ps(u == 0 ? (enc == CPU_ENC_Q4 ? 17.0f : 1.0f) * bsum[i] : 0.0f);
+                acc_b[u][i] = _mm256_set1_ps(u == 0 ? (1.0f + cpu_pair_k(enc == CPU_ENC_Q4 ? 4 : 0)) * bsum[i] : 0.0f);
             }
         /* 32 tokens at a time (one run: CPU_RUN_ALIGN), each piece asking for its slice of the prefetch hint */
         for (int32_t t0 = 0, t = 0; t0 < n; t0 += 32) {
@@ -150,7 +150,7 @@ AVX2_INLINE void avx2_accum_core(const cpu_rows *r, int32_t dv, const float *p, 
         for (int i = 0; i < NQ; i++) {
             const __m256 a = U == 2 ? _mm256_add_ps(acc_a[0][i], acc_a[1][i]) : acc_a[0][i];
             __m256 b = U == 2 ? _mm256_add_ps(acc_b[0][i], acc_b[1][i]) : acc_b[0][i];
-            if (enc == CPU_ENC_Q4) b = _mm256_mul_ps(_mm256_sub_ps(b, a), _mm256_set1_ps(0.0625f));
+            if (enc == CPU_ENC_Q4) b = _mm256_mul_ps(_mm256_sub_ps(b, a), _mm256_set1_ps(1.0f / cpu_pair_k(4)));
             avx2_add_slab(o + (size_t)i * ldo, k, dv, a, b, enc);
         }
     }

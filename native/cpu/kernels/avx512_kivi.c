@@ -37,7 +37,7 @@ AVX512_INLINE void avx512_score_chan_core(const cpu_chan *ch, int32_t d, const f
     }
     const __m512i ia = _mm512_loadu_si512(bits == 4 ? avx512_inv_q4 : avx512_inv_q2p);
     const __m512i ib = _mm512_loadu_si512((bits == 4 ? avx512_inv_q4 : avx512_inv_q2p) + 16);
-    const __m512 unit = _mm512_set1_ps(bits == 4 ? 0.0625f : 0.25f);
+    const __m512 unit = _mm512_set1_ps(1.0f / cpu_pair_k(bits));
     for (int32_t p0 = 0; p0 < ch->g; p0 += 32) {
         __m512 acc_a[AVX512_MAX_NQ], acc_b[AVX512_MAX_NQ];
         #pragma GCC unroll 8

@@ -83,7 +83,7 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
             #pragma GCC unroll 8
             for (int i = 0; i < NQ; i++) { /* b sums w·pair for q4 and 2-bit: (1 + K)·bsum, so (b - a) / K keeps one */
                 acc_a[u][i] = _mm512_set1_ps(u == 0 ? bsum[i] : 0.0f);
-                acc_b[u][i] = _mm512_set1_ps(u == 0 ? (enc == CPU_ENC_Q4 ? 17.0f : enc == CPU_ENC_Q2 ? 5.0f : 1.0f) * bsum[i] : 0.0f);
+                acc_b[u][i] = _mm512_set1_ps(u == 0 ? (1.0f + cpu_pair_k(cpu_pair_bits(enc))) * bsum[i] : 0.0f);
             }
         /* 32 tokens at a time (one run: CPU_RUN_ALIGN), every 8 tokens asking for a slice of the prefetch hint:
          * a slice a piece (20 lines of the next block-head with q4's whole hint) ran out of the core's miss
@@ -126,8 +126,8 @@ AVX512_INLINE void avx512_accum_core(const cpu_rows *r, int32_t dv, const float 
         for (int i = 0; i < NQ; i++) {
             const __m512 a = _mm512_add_ps(acc_a[0][i], acc_a[1][i]);
             __m512 b = _mm512_add_ps(acc_b[0][i], acc_b[1][i]);
-            if (enc == CPU_ENC_Q4 || enc == CPU_ENC_Q2) /* Σ w hi = (Σ w x - Σ w lo) / K */
-                b = _mm512_mul_ps(_mm512_sub_ps(b, a), _mm512_set1_ps(enc == CPU_ENC_Q4 ? 0.0625f : 0.25f));
+            if (cpu_pair_bits(enc)) /* Σ w hi = (Σ w x - Σ w lo) / K */
+                b = _mm512_mul_ps(_mm512_sub_ps(b, a), _mm512_set1_ps(1.0f / cpu_pair_k(cpu_pair_bits(enc))));
             avx512_add_slab(o + (size_t)i * ldo, k, dv, a, b, enc);
         }
     }

@@ -299,6 +299,12 @@ static inline void cpu_prefetch_step(cpu_prefetch_walk *w) { cpu_prefetch_take(w
         CPU_BY_NQ4(CALL, nc)                                                                                       \
     }
 
+/* The pair decode (avx512_pair_codes, the AVX2 q4 values): a kernel that sums Σ w·lo and Σ w·(lo + K hi) over
+ * pairs of 4- or 2-bit codes recovers Σ w·hi as the difference over K, and a bias folded into both sums as
+ * (1 + K)·bsum. K = 16 for 4-bit codes, 4 for 2-bit; 0 bits (no pairs): K = 0, so the bias is bsum once. */
+static inline float cpu_pair_k(int bits) { return bits ? (float)(1 << bits) : 0.0f; }
+static inline int cpu_pair_bits(int32_t enc) { return enc == CPU_ENC_Q4 ? 4 : enc == CPU_ENC_Q2 ? 2 : 0; }
+
 /* Runs CALL(CPG) with CPG the compile-time count of dword columns in a key group of g = 32, 64 or 128 (g / 8 for
  * q4 codes, g / 4 for q8's bytes): the VNNI scores kernels unroll their group's loop on it. */
 #define CPU_BY_GROUP_COLUMNS(CALL, g, q8)                                                                          \
