@@ -38,7 +38,7 @@ func AppendAttend(dev *Device, w *WriteBatch, a AttendBatch) error {
 			return err
 		}
 	}
-	beforeLongCall()
+	defer afterLongCall(beforeLongCall())
 	if err := dev.acquire(op); err != nil {
 		return err
 	}

@@ -103,7 +103,7 @@ func (p *Pool) Write(b WriteBatch) error {
 	if err := p.checkWrite(op, &b); err != nil {
 		return err
 	}
-	beforeLongCall()
+	defer afterLongCall(beforeLongCall())
 	if err := p.acquire(op); err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (p *Pool) Read(b ReadBatch) error {
 			return err
 		}
 	}
-	beforeLongCall()
+	defer afterLongCall(beforeLongCall())
 	if err := p.acquire(op); err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (p *Pool) Copy(b CopyBatch) error {
 	if len(b.SrcPages) > math.MaxInt32 || len(b.SrcSlots) > math.MaxInt32 {
 		return newError(op, codeInvalid, "too many pages or slots for one call")
 	}
-	beforeLongCall()
+	defer afterLongCall(beforeLongCall())
 	if err := p.acquire(op); err != nil {
 		return err
 	}
@@ -250,7 +250,7 @@ func (p *Pool) Gather(b GatherBatch) error {
 	if n > math.MaxInt32 {
 		return newError(op, codeInvalid, "too many rows for one call")
 	}
-	beforeLongCall()
+	defer afterLongCall(beforeLongCall())
 	if err := p.acquire(op); err != nil {
 		return err
 	}

@@ -20,11 +20,21 @@ import (
 // itself wakes an M, so a yield before every call would cost more than it saves (docs/performance.md has
 // the trace). The period must stay well under 10 ms, calls included: a call of up to 8 ms still finds the
 // goroutine rescheduled within 10 ms.
-const yieldEvery = 2 * time.Millisecond
+//
+// A call of 10 ms or more loses its P inside the call whatever the goroutine did before (sysmon retakes a
+// P that one syscall has held that long), so a yield before it buys nothing, and its woken M costs the
+// call's start: the goroutine may resume on that M while the one it left still runs, three threads on two
+// cores for a while. After a call that long, the next one does not yield: q8 at 128K (17 ms calls) ran
+// 1.1x faster so, 4K calls still need the yield.
+const (
+	yieldEvery  = 2 * time.Millisecond
+	retakeAfter = 10 * time.Millisecond
+)
 
 var (
 	epoch     = time.Now()
 	lastYield atomic.Int64 // nanoseconds after epoch of the last yield, by any goroutine
+	lastCall  atomic.Int64 // how long the last long call took, in nanoseconds, by any goroutine
 )
 
 // yieldDue reports whether a call at now (nanoseconds after epoch) should yield first, and claims the yield
@@ -34,9 +44,16 @@ func yieldDue(now int64) bool {
 	return now-last >= int64(yieldEvery) && lastYield.CompareAndSwap(last, now)
 }
 
-// beforeLongCall is called by the bridge just before a cgo call that may run for long (see yieldEvery).
-func beforeLongCall() {
-	if yieldDue(int64(time.Since(epoch))) {
+// beforeLongCall is called by the bridge just before a cgo call that may run for long (see yieldEvery); it
+// returns the call's start for afterLongCall, which the bridge defers: defer afterLongCall(beforeLongCall()).
+func beforeLongCall() int64 {
+	if lastCall.Load() < int64(retakeAfter) && yieldDue(int64(time.Since(epoch))) {
 		runtime.Gosched()
 	}
+	return int64(time.Since(epoch))
+}
+
+// afterLongCall records how long the call that began at start (from beforeLongCall) took.
+func afterLongCall(start int64) {
+	lastCall.Store(int64(time.Since(epoch)) - start)
 }

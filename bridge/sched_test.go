@@ -48,8 +48,10 @@ func TestYieldDueClaimedByOneCaller(t *testing.T) {
 }
 
 func TestBeforeLongCallAdvancesTheLastYield(t *testing.T) {
-	saved := lastYield.Load()
+	saved, savedCall := lastYield.Load(), lastCall.Load()
 	defer lastYield.Store(saved)
+	defer lastCall.Store(savedCall)
+	lastCall.Store(0)
 
 	lastYield.Store(int64(time.Since(epoch)) - int64(yieldEvery))
 	before := lastYield.Load()
@@ -59,4 +61,33 @@ func TestBeforeLongCallAdvancesTheLastYield(t *testing.T) {
 	lastYield.Store(recent)
 	beforeLongCall()
 	assert.Equal(t, recent, lastYield.Load(), "a call less than a period after the last yield does not")
+}
+
+func TestNoYieldAfterACallLongEnoughToLoseItsP(t *testing.T) {
+	saved, savedCall := lastYield.Load(), lastCall.Load()
+	defer lastYield.Store(saved)
+	defer lastCall.Store(savedCall)
+
+	due := func() int64 { return int64(time.Since(epoch)) - int64(yieldEvery) }
+	lastCall.Store(int64(retakeAfter))
+	last := due()
+	lastYield.Store(last)
+	beforeLongCall()
+	assert.Equal(t, last, lastYield.Load(), "after a call of %v the next one does not yield", retakeAfter)
+
+	lastCall.Store(int64(retakeAfter) - 1)
+	beforeLongCall()
+	assert.Greater(t, lastYield.Load(), last, "after a shorter call a due yield happens")
+}
+
+func TestAfterLongCallRecordsTheDuration(t *testing.T) {
+	savedCall := lastCall.Load()
+	defer lastCall.Store(savedCall)
+
+	start := beforeLongCall()
+	time.Sleep(2 * time.Millisecond)
+	afterLongCall(start)
+	assert.GreaterOrEqual(t, lastCall.Load(), int64(2*time.Millisecond), "the sleep is part of the call")
+	afterLongCall(int64(time.Since(epoch)))
+	assert.Less(t, lastCall.Load(), int64(retakeAfter), "a call that returns at once")
 }
