@@ -41,8 +41,8 @@
 // The CPU backend computes on its own worker threads and on the calling goroutine's thread, inside one cgo
 // call per layer step. Keep GOMAXPROCS at 2 or more: with a single P, Go's sysmon hands that P to a new,
 // spinning thread during every call longer than 20 µs, which then competes with the workers for the cores
-// (docs/performance.md). With two
-// or more, sysmon does the same to a goroutine it has not seen rescheduled for 10 ms, which is what a decode
-// loop of back-to-back calls looks like; the bridge therefore yields the calling goroutine
-// (runtime.Gosched) at most once every 2 ms, just before a call (bridge/sched.go).
+// (docs/performance.md). With two or more, sysmon does the same to a goroutine it has not seen rescheduled
+// for 10 ms, which is what a decode loop of back-to-back calls looks like; the bridge therefore yields the
+// calling goroutine (runtime.Gosched) at most once every 2 ms, just before a call, except after a call of
+// 10 ms or more, which loses its P anyway (bridge/sched.go).
 package gokv
