@@ -24,8 +24,8 @@ import (
 // A call of 10 ms or more loses its P inside the call whatever the goroutine did before (sysmon retakes a
 // P that one syscall has held that long), so a yield before it buys nothing, and its woken M costs the
 // call's start: the goroutine may resume on that M while the one it left still runs, three threads on two
-// cores for a while. After a call that long, the next one does not yield: q8 at 128K (17 ms calls) ran
-// 1.1x faster so, 4K calls still need the yield.
+// cores for a while. After a call that long, the next one does not yield (q8 at 128K, 17 ms calls, ran
+// 1.1x faster so); shorter calls still yield, and 4K calls need it.
 const (
 	yieldEvery  = 2 * time.Millisecond
 	retakeAfter = 10 * time.Millisecond

@@ -81,7 +81,8 @@ func TestNoYieldAfterACallLongEnoughToLoseItsP(t *testing.T) {
 }
 
 func TestAfterLongCallRecordsTheDuration(t *testing.T) {
-	savedCall := lastCall.Load()
+	saved, savedCall := lastYield.Load(), lastCall.Load()
+	defer lastYield.Store(saved)
 	defer lastCall.Store(savedCall)
 
 	start := beforeLongCall()
